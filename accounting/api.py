@@ -1,0 +1,224 @@
+"""Public accounting entry points: ``epsilon`` and ``delta`` over mechanism descriptions."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+from dpforge.accounting.prv import (
+    ComposedProfile,
+    atom_aligned_step,
+    compose,
+    directions_for,
+    discretise_all,
+    loss_moments,
+)
+from dpforge.accounting.results import DeltaResult, EpsilonResult
+from dpforge.mechanisms.combinators import Component, Description, flatten
+from dpforge.mechanisms.validation import (
+    require_non_negative,
+    require_positive,
+    require_probability_open,
+)
+
+ENGINES = ("prv",)
+MAX_GRID = 2**24
+
+
+@dataclass(frozen=True)
+class _Evaluation:
+    """Composed profiles of both bounds for every direction at one grid step."""
+
+    step: float
+    upper: tuple[ComposedProfile, ...]
+    lower: tuple[ComposedProfile, ...]
+
+    def epsilon(self, delta: float) -> tuple[float, float]:
+        return (
+            max(p.epsilon(delta) for p in self.lower),
+            max(p.epsilon(delta) for p in self.upper),
+        )
+
+    def delta(self, epsilon: float) -> tuple[float, float]:
+        return (
+            max(p.delta(epsilon) for p in self.lower),
+            min(1.0, max(p.delta(epsilon) for p in self.upper)),
+        )
+
+    @property
+    def grid_size(self) -> int:
+        return max(p.grid_size for p in self.upper + self.lower)
+
+
+def _evaluate(
+    components: Sequence[Component], step: float, tail: float, kinds: Sequence[str] = ("upper", "lower")
+) -> _Evaluation:
+    upper: list[ComposedProfile] = []
+    lower: list[ComposedProfile] = []
+    for direction in directions_for(components):
+        direction_step = atom_aligned_step(components, direction, step)
+        measures = discretise_all(components, direction, direction_step, tail, kinds)
+        if "upper" in kinds:
+            upper.append(compose(measures["upper"], tail, "upper"))
+        if "lower" in kinds:
+            lower.append(compose(measures["lower"], tail, "lower"))
+    return _Evaluation(step, tuple(upper), tuple(lower))
+
+
+def initial_step(components: Sequence[Component], delta: float, relative_accuracy: float, tail: float) -> float:
+    """A first grid step from the composed mean/variance and the O(T h^2) error model.
+
+    The pessimistic measure moves the mean of each step by at most h^2/8 and adds at
+    most h^2/4 variance, so the width of the epsilon interval grows like c T h^2.
+    """
+    steps = sum(c.count for c in components)
+    mean = spread = 0.0
+    width = 0.0
+    for direction in directions_for(components):
+        m, v, w = loss_moments(components, direction, tail)
+        mean, spread, width = max(mean, m), max(spread, math.sqrt(max(v, 0.0))), max(width, w)
+    scale = max(mean + math.sqrt(2.0 * math.log(1.0 / delta)) * spread, 1e-2)
+    from_error = math.sqrt(relative_accuracy * scale / (0.5 * steps))
+    from_resolution = max(spread, 1e-6) / 40.0
+    step = min(from_error, from_resolution, width / 64.0)
+    return max(step, 2.0 * (width + 12.0 * spread + 1.0) / MAX_GRID, 1e-9)
+
+
+def _check_description(description: Description) -> list[Component]:
+    try:
+        return flatten(description)
+    except ValueError:
+        raise
+    except Exception as error:  # pragma: no cover - defensive
+        raise ValueError(f"description is not a dpforge mechanism description: {error}") from None
+
+
+def _refine(
+    components: Sequence[Component],
+    step: float,
+    tail: float,
+    relative_accuracy: float,
+    width_of: "callable",
+    max_refinements: int,
+) -> tuple[_Evaluation, int]:
+    evaluation = _evaluate(components, step, tail)
+    refinements = 0
+    while refinements < max_refinements:
+        width, scale = width_of(evaluation)
+        if not (math.isfinite(width) and math.isfinite(scale)) or width <= relative_accuracy * scale:
+            break
+        factor = math.sqrt(0.5 * relative_accuracy * scale / width) if width > 0 else 0.5
+        new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
+        if 2.0 * evaluation.grid_size * step / new_step > MAX_GRID:
+            break
+        step = new_step
+        evaluation = _evaluate(components, step, tail)
+        refinements += 1
+    return evaluation, refinements
+
+
+def epsilon(
+    description: Description,
+    delta: float,
+    *,
+    engine: str = "prv",
+    relative_accuracy: float = 1e-3,
+    step: float | None = None,
+    max_refinements: int = 6,
+) -> EpsilonResult:
+    """Certified bounds on epsilon(delta) of a composed, possibly subsampled, description.
+
+    ``upper`` and ``lower`` are certified for the add-or-remove relation under Poisson
+    subsampling (the maximum over both directions).  The grid step is refined until
+    (upper - lower) / upper <= ``relative_accuracy`` (or the grid limit is reached;
+    ``accuracy['achieved']`` reports what was reached).  Pass ``step`` to fix the grid.
+    """
+    delta = require_probability_open("delta", delta)
+    relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    components = _check_description(description)
+    tail = 1e-4 * delta
+    fixed = step is not None
+    if fixed:
+        step = require_positive("step", step)
+    else:
+        step = initial_step(components, delta, relative_accuracy, tail)
+
+    def width_of(evaluation: _Evaluation) -> tuple[float, float]:
+        low, high = evaluation.epsilon(delta)
+        return high - low, high
+
+    if fixed:
+        evaluation, refinements = _evaluate(components, step, tail), 0
+    else:
+        evaluation, refinements = _refine(components, step, tail, relative_accuracy, width_of, max_refinements)
+    low, high = evaluation.epsilon(delta)
+    if not math.isfinite(high):
+        raise ValueError(
+            f"delta={delta:g} is below what the prv engine can certify for this description "
+            "(the truncated and round-off mass alone exceeds it); use a larger delta"
+        )
+    low = min(low, high)
+    return EpsilonResult(
+        lower=low,
+        upper=high,
+        estimate=0.5 * (low + high),
+        delta=delta,
+        engine="prv",
+        accuracy={
+            "relative_accuracy": relative_accuracy,
+            "achieved": (high - low) / high if high > 0 else 0.0,
+            "grid_step": evaluation.step,
+            "grid_size": evaluation.grid_size,
+            "refinements": refinements,
+        },
+    )
+
+
+def delta(
+    description: Description,
+    epsilon: float,
+    *,
+    engine: str = "prv",
+    relative_accuracy: float = 1e-3,
+    step: float | None = None,
+    max_refinements: int = 6,
+) -> DeltaResult:
+    """Certified bounds on delta(epsilon); refined until (upper - lower)/upper <= relative_accuracy."""
+    epsilon = require_non_negative("epsilon", epsilon)
+    relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    components = _check_description(description)
+    tail = 1e-16
+
+    def width_of(evaluation: _Evaluation) -> tuple[float, float]:
+        low, high = evaluation.delta(epsilon)
+        if high < 1e-14:
+            return 0.0, 1.0
+        return high - low, high
+
+    if step is not None:
+        step = require_positive("step", step)
+        evaluation, refinements = _evaluate(components, step, tail), 0
+    else:
+        first = initial_step(components, 1e-6, relative_accuracy, tail)
+        evaluation, refinements = _refine(components, first, tail, relative_accuracy, width_of, max_refinements)
+    low, high = evaluation.delta(epsilon)
+    low = min(low, high)
+    return DeltaResult(
+        lower=low,
+        upper=high,
+        estimate=0.5 * (low + high),
+        epsilon=epsilon,
+        engine="prv",
+        accuracy={
+            "relative_accuracy": relative_accuracy,
+            "achieved": (high - low) / high if high > 0 else 0.0,
+            "grid_step": evaluation.step,
+            "grid_size": evaluation.grid_size,
+            "refinements": refinements,
+        },
+    )

@@ -1,0 +1,223 @@
+"""Certified grid discretisations of a privacy-loss law (both bounds on one grid).
+
+Notation: L is the privacy loss under P (law ``omega``), its hockey-stick profile is
+delta(eps) = E_P[(1 - e^{eps - L})_+] (plus the mass at L = +inf).  For any two
+non-negative measures with delta_a <= delta_b at every eps, composing each with the same
+non-negative measure keeps the order, because
+delta_{a*nu}(eps) = integral of delta_a(eps - l) d nu(l).  So a per-step pessimistic
+(resp. optimistic) measure composes into a pessimistic (resp. optimistic) one.
+
+* Upper (pessimistic) measure: "connect the dots" (Doroshenko, Ghazi, Kamath, Kumar,
+  Manurangsi 2022).  The P-mass m and Q-mass n = E_P[e^{-L}] of each cell (l_k, l_{k+1}]
+  are split between its two ends so that both are preserved.  Its profile equals the
+  true one at every grid point and is the chord (linear in e^eps) in between, which
+  lies above the convex true profile.  Mass below the grid is rounded up to its first
+  point; mass above the grid is moved to +inf.
+* Lower (optimistic) measure: post-processing.  Quantising the privacy loss into bins
+  B_k is a post-processing of the mechanism, so the pair of bin probabilities
+  (P(B_k), Q(B_k)) is dominated by the true pair (data-processing inequality).  Its
+  loss on bin k is v_k = log P(B_k)/Q(B_k).  Each atom is then moved *down* onto the
+  grid shifted by a common offset c >= 0 (rounding down only lowers the profile).  Mass
+  below the first bin is dropped (this only lowers the profile).
+
+Both constructions are exact up to floating-point rounding of the distribution
+functions; the composition step accounts for aliasing and FFT round-off.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from dpforge.mechanisms.pairs import PrivacyLoss, Under
+
+
+@dataclass(frozen=True)
+class GridMeasure:
+    """Non-negative masses at positions ``(first_index + j) * step - shift``, plus an atom at +inf."""
+
+    first_index: int
+    masses: np.ndarray
+    step: float
+    shift: float = 0.0
+    infinity_mass: float = 0.0
+
+    @property
+    def positions(self) -> np.ndarray:
+        return (self.first_index + np.arange(self.masses.size)) * self.step - self.shift
+
+    @property
+    def total_mass(self) -> float:
+        return float(self.masses.sum())
+
+    def mean_index(self) -> float:
+        total = self.masses.sum()
+        if total <= 0:
+            return float(self.first_index)
+        return float(self.first_index + np.dot(np.arange(self.masses.size), self.masses) / total)
+
+
+def _interval_masses(loss: PrivacyLoss, edges: np.ndarray, under: Under) -> np.ndarray:
+    """Pr(L in (edges[i], edges[i+1]]) under P or Q, from the CDF in the lower half and
+    from the survival function in the upper half (no cancellation in either tail)."""
+    cdf = loss.cdf(edges, under)
+    sf = loss.sf(edges, under)
+    from_cdf = cdf[1:] - cdf[:-1]
+    from_sf = sf[:-1] - sf[1:]
+    masses = np.where(cdf[1:] <= 0.5, from_cdf, from_sf)
+    return np.maximum(masses, 0.0)
+
+
+def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> GridMeasure:
+    """Connect-the-dots pessimistic measure on the grid k*step, k = floor(low/step)..ceil(high/step)."""
+    k_lo = int(np.floor(low / step))
+    k_hi = max(int(np.ceil(high / step)), k_lo + 1)
+    grid = np.arange(k_lo, k_hi + 1) * step
+    m = _interval_masses(loss, grid, "P")
+    n = _interval_masses(loss, grid, "Q")
+    # split each cell (l_k, l_k+1]: beta at l_k+1, alpha at l_k, preserving m and n
+    excess = m - n * np.exp(grid[:-1])
+    beta = np.clip(excess / (-np.expm1(-step)), 0.0, m)
+    alpha = m - beta
+    masses = np.zeros(grid.size)
+    masses[:-1] += alpha
+    masses[1:] += beta
+    masses[0] += float(loss.cdf(grid[0], "P"))  # everything at or below the grid, rounded up
+    infinity = float(loss.sf(grid[-1], "P"))
+    return GridMeasure(k_lo, masses, step, 0.0, infinity)
+
+
+@numba.njit(cache=True)
+def _sweep_forward(up: np.ndarray, down: np.ndarray) -> np.ndarray:  # pragma: no cover - jitted
+    """pi balancing labels 1, 2, ... from the left (stable where cell masses rise)."""
+    cells = up.size
+    pi = np.zeros(cells)
+    for k in range(1, cells):
+        need = (1.0 - pi[k - 1]) * down[k - 1]
+        if need <= 0.0:
+            pi[k] = 0.0
+        elif up[k] <= 0.0 or need > up[k]:
+            pi[k] = 1.0
+            # label k would lean down: send more of cell k-1 to label k-1 instead
+            if down[k - 1] > 0.0:
+                pi[k - 1] = min(1.0, max(pi[k - 1], 1.0 - up[k] / down[k - 1]))
+        else:
+            pi[k] = need / up[k]
+    return pi
+
+
+@numba.njit(cache=True)
+def _sweep_backward(up: np.ndarray, down: np.ndarray, top_up: float) -> np.ndarray:  # pragma: no cover - jitted
+    """pi balancing labels K, K-1, ... from the right (stable where cell masses fall)."""
+    cells = up.size
+    pi = np.zeros(cells)
+    positive = top_up
+    for k in range(cells, 0, -1):
+        if down[k - 1] > 0.0:
+            pi[k - 1] = min(1.0, max(0.0, 1.0 - positive / down[k - 1]))
+        else:
+            pi[k - 1] = 0.0
+        positive = pi[k - 1] * up[k - 1]
+    return pi
+
+
+def _label_excess(pi: np.ndarray, up: np.ndarray, down: np.ndarray, top_up: float) -> np.ndarray:
+    """pos_k - neg_k for every label k = 0..K (>= 0 means the label's loss is >= l_k)."""
+    pos = np.append(pi * up, top_up)
+    neg = np.concatenate([[0.0], (1.0 - pi) * down])
+    return pos - neg
+
+
+def _route(up: np.ndarray, down: np.ndarray, top_up: float) -> np.ndarray:
+    """Split fractions pi_c of each cell (l_c, l_c+1] between labels c and c+1.
+
+    Label k receives pi_k of cell k (losses above l_k, weight U_k = E_P[1 - e^{l_k - L};
+    cell k]) and 1 - pi_k-1 of cell k-1 (losses below l_k, weight D_k-1 =
+    E_P[e^{l_k - L} - 1; cell k-1]).  Its loss log P/Q is >= l_k exactly when its
+    excess pi_k U_k - (1 - pi_k-1) D_k-1 is >= 0, and the excess is (to first order) the
+    mass-weighted amount by which rounding the label down to l_k lowers the loss.
+    A forward sweep balances labels from the left, a backward sweep from the right; the
+    cells left of a split s take the forward fractions, the others the backward ones,
+    with s chosen to minimise the total excess; the label at the split is tipped up if
+    it would lean down.  Every label ends with excess >= 0.
+    """
+    forward = _sweep_forward(up, down)
+    backward = _sweep_backward(up, down, top_up)
+    cells = up.size
+    excess_f = np.maximum(_label_excess(forward, up, down, top_up), 0.0)
+    excess_b = np.maximum(_label_excess(backward, up, down, top_up), 0.0)
+    # cost(s): forward labels 0..s-1, backward labels s+1..K, mismatch at label s
+    before = np.concatenate([[0.0], np.cumsum(excess_f)])[: cells + 1]
+    after = np.concatenate([np.cumsum(excess_b[::-1])[::-1][1:], [0.0]])
+    pos = np.append(backward * up, top_up)
+    neg = np.concatenate([[0.0], (1.0 - forward) * down])
+    cost = before + after + np.abs(pos - neg)
+    split = int(np.argmin(cost))
+    pi = np.concatenate([forward[:split], backward[split:]])
+    if split > 0 and neg[split] > pos[split] and down[split - 1] > 0:
+        pi[split - 1] = min(1.0, 1.0 - pos[split] / down[split - 1])
+    return pi
+
+
+def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> GridMeasure:
+    """Optimistic measure by post-processing: each cell (l_c, l_c+1] of the loss is split
+    between the labels c and c+1 in fixed proportions (a randomised quantiser, hence a
+    post-processing of the mechanism), chosen so that every label's true loss
+    log P(label)/Q(label) is at least its grid point; rounding each label down onto its
+    grid point then only lowers the profile.  Mass below the grid is dropped.
+    """
+    k_lo = int(np.floor(low / step))
+    k_hi = max(int(np.ceil(high / step)), k_lo + 1)
+    grid = np.arange(k_lo, k_hi + 1) * step
+    m = _interval_masses(loss, grid, "P")
+    n = _interval_masses(loss, grid, "Q")
+    up = np.maximum(m - n * np.exp(grid[:-1]), 0.0)
+    down = np.maximum(n * np.exp(grid[1:]) - m, 0.0)
+    top_m = float(loss.sf(grid[-1], "P"))
+    top_n = float(loss.sf(grid[-1], "Q"))
+    top_up = max(top_m - top_n * np.exp(grid[-1]), 0.0)
+    pi = _route(up, down, top_up)
+    p_label = np.zeros(grid.size)
+    q_label = np.zeros(grid.size)
+    p_label[:-1] += pi * m
+    p_label[1:] += (1.0 - pi) * m
+    q_label[:-1] += pi * n
+    q_label[1:] += (1.0 - pi) * n
+    p_label[-1] += top_m
+    q_label[-1] += top_n
+    keep = p_label > 0
+    with np.errstate(divide="ignore"):
+        v = np.where(keep, np.log(np.where(keep, p_label, 1.0)) - np.log(np.where(q_label > 0, q_label, 1.0)), -np.inf)
+    v = np.where(keep & (q_label <= 0), np.inf, v)
+    v = np.where(keep, np.minimum(v, grid), v)  # rounding down never goes above the label's point
+    # v carries a relative round-off of a few ulps: round down past that margin; a tiny
+    # common shift keeps balanced labels (v = l_k up to round-off) on their own point
+    margin = 64.0 * np.finfo(float).eps * np.maximum(1.0, np.abs(np.where(keep, v, 0.0)))
+    shift = 2.0 * float(margin.max()) + 1e-9 * step
+    target = np.floor((np.where(keep, v, 0.0) - margin + shift) / step).astype(np.int64)
+    target = np.minimum(target, np.arange(k_lo, k_hi + 1))
+    index = target[keep] - (k_lo - 1)
+    masses = np.bincount(index, weights=p_label[keep], minlength=grid.size + 1)
+    return GridMeasure(k_lo - 1, masses, step, shift, 0.0)
+
+
+def _choose_shift(offset: np.ndarray, mass: np.ndarray, step: float) -> float:
+    """Common downward shift c >= 0 trading a shift of every atom by c against a full
+    step for atoms whose loss lies more than c below their grid point (mean cost)."""
+    deficit = -offset
+    positive = deficit > 0
+    if not positive.any():
+        return 0.0
+    order = np.argsort(deficit[positive])[::-1]
+    candidates = deficit[positive][order]
+    # mass that still needs a full step when c = candidates[i]: atoms with larger deficit
+    beyond = np.concatenate([[0.0], np.cumsum(mass[positive][order])[:-1]])
+    total = mass.sum()
+    cost = candidates * total + step * beyond
+    cost_zero = step * mass[positive].sum()
+    best = int(np.argmin(cost))
+    if cost[best] < cost_zero:
+        return float(candidates[best] * (1.0 + 1e-9))
+    return 0.0

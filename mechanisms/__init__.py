@@ -1,0 +1,33 @@
+"""Mechanism descriptions: frozen dataclasses describing noisy releases.
+
+A description says what happened (noise family, parameters, sensitivity, sampling,
+composition); engines in :mod:`dpforge.accounting` count it.
+"""
+
+from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP, RandomizedResponse
+from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
+from dpforge.mechanisms.pairs import (
+    GaussianPair,
+    LaplacePair,
+    MonotonePair,
+    PrivacyLoss,
+    RandomizedResponsePair,
+)
+
+__all__ = [
+    "Component",
+    "Composed",
+    "Description",
+    "Gaussian",
+    "GaussianPair",
+    "Laplace",
+    "LaplacePair",
+    "Mechanism",
+    "MonotonePair",
+    "PoissonSampled",
+    "PrivacyLoss",
+    "PureDP",
+    "RandomizedResponse",
+    "RandomizedResponsePair",
+    "flatten",
+]

@@ -1,0 +1,128 @@
+"""Subsampling and composition as combinators over mechanism descriptions.
+
+They mirror dp_accounting's event vocabulary (``PoissonSampledDpEvent``,
+``ComposedDpEvent``/``SelfComposedDpEvent``): a description says what happened; an
+accountant in :mod:`dpforge.accounting` decides how to count it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Union
+
+import numpy as np
+
+from dpforge.mechanisms.base import Mechanism
+from dpforge.mechanisms.pairs import Direction, PrivacyLoss
+from dpforge.mechanisms.validation import require_count, require_sampling_rate
+
+
+@dataclass(frozen=True)
+class PoissonSampled:
+    """``mechanism`` run on a Poisson subsample: each record kept with ``sampling_rate``.
+
+    Under add-or-remove neighbours the two directions give different pairs
+    (DESIGN.md section 2): remove P = (1-q) Q0 + q P0 vs Q0, add the reverse roles.
+    """
+
+    mechanism: "Description"
+    sampling_rate: float
+
+    def __post_init__(self) -> None:
+        require_sampling_rate("sampling_rate", self.sampling_rate)
+        if not isinstance(self.mechanism, (Mechanism, PoissonSampled)):
+            raise ValueError(
+                "PoissonSampled.mechanism must be a mechanism or a PoissonSampled mechanism, "
+                f"got {type(self.mechanism).__name__}"
+            )
+
+    def base(self) -> tuple[Mechanism, float]:
+        """The innermost mechanism and the overall sampling rate (rates multiply)."""
+        inner = self.mechanism
+        rate = float(self.sampling_rate)
+        while isinstance(inner, PoissonSampled):
+            rate *= float(inner.sampling_rate)
+            inner = inner.mechanism
+        return inner, rate
+
+    def privacy_loss_distribution(self, direction: Direction = "remove") -> PrivacyLoss:
+        mechanism, rate = self.base()
+        return PrivacyLoss(mechanism.dominating_pair(), rate, direction)
+
+    def privacy_loss(self, x: np.ndarray | float, direction: Direction = "remove") -> np.ndarray:
+        return self.privacy_loss_distribution(direction).privacy_loss(x)
+
+
+@dataclass(frozen=True)
+class Composed:
+    """Adaptive composition of ``parts``: a tuple of (description, count) pairs.
+
+    Parts may be mechanisms, subsampled mechanisms or other ``Composed`` descriptions
+    (nesting multiplies counts).  Lists are converted to tuples so the object stays
+    hashable and immutable.
+    """
+
+    parts: tuple[tuple["Description", int], ...]
+
+    def __init__(self, parts: Iterable[tuple["Description", int]]) -> None:
+        checked = []
+        for index, item in enumerate(parts):
+            try:
+                description, count = item
+            except (TypeError, ValueError):
+                raise ValueError(f"Composed.parts[{index}] must be a (description, count) pair, got {item!r}") from None
+            if not isinstance(description, (Mechanism, PoissonSampled, Composed)):
+                raise ValueError(
+                    f"Composed.parts[{index}] description must be a mechanism, PoissonSampled or Composed, "
+                    f"got {type(description).__name__}"
+                )
+            checked.append((description, require_count(f"Composed.parts[{index}] count", count)))
+        if not checked:
+            raise ValueError("Composed.parts must contain at least one (description, count) pair")
+        object.__setattr__(self, "parts", tuple(checked))
+
+
+Description = Union[Mechanism, PoissonSampled, Composed]
+
+
+@dataclass(frozen=True)
+class Component:
+    """One flattened factor of a composition: ``count`` runs of ``mechanism`` at ``sampling_rate``."""
+
+    mechanism: Mechanism
+    sampling_rate: float
+    count: int
+
+    def privacy_loss_distribution(self, direction: Direction) -> PrivacyLoss:
+        return PrivacyLoss(self.mechanism.dominating_pair(), self.sampling_rate, direction)
+
+    @property
+    def symmetric(self) -> bool:
+        """Remove and add laws coincide (no subsampling and a symmetric base pair)."""
+        return self.sampling_rate >= 1.0 and self.mechanism.symmetric
+
+
+def flatten(description: Description, multiplicity: int = 1) -> list[Component]:
+    """Flatten a description into components, merging equal (mechanism, rate) factors."""
+    merged: dict[tuple[Mechanism, float], int] = {}
+    order: list[tuple[Mechanism, float]] = []
+
+    def visit(node: Description, times: int) -> None:
+        if isinstance(node, Composed):
+            for part, count in node.parts:
+                visit(part, times * count)
+            return
+        if isinstance(node, PoissonSampled):
+            mechanism, rate = node.base()
+        elif isinstance(node, Mechanism):
+            mechanism, rate = node, 1.0
+        else:
+            raise ValueError(f"description must be a mechanism, PoissonSampled or Composed, got {type(node).__name__}")
+        key = (mechanism, rate)
+        if key not in merged:
+            merged[key] = 0
+            order.append(key)
+        merged[key] += times
+
+    visit(description, require_count("count", multiplicity))
+    return [Component(mechanism, rate, merged[(mechanism, rate)]) for mechanism, rate in order]

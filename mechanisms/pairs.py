@@ -1,0 +1,343 @@
+"""Dominating pairs with a monotone log-likelihood ratio, and their privacy-loss laws.
+
+A *base pair* (P0, Q0) is a pair of distributions on the real line whose
+log-likelihood ratio r(x) = log p0(x)/q0(x) is non-decreasing in x.  Every quantity the
+accountants need is a probability of an event {r <= c} or {r > c} under P0 or Q0, so a
+base pair only has to provide those four functions, accurately in both tails.
+
+A :class:`PrivacyLoss` is the law of the privacy loss L of a possibly Poisson-subsampled
+pair in one neighbouring direction (DESIGN.md section 2, add-or-remove relation):
+
+* remove:  P = (1-q) Q0 + q P0 vs Q = Q0,   L = log(1 - q + q e^r);
+* add:     P = Q0 vs Q = (1-q) Q0 + q P0,   L = -log(1 - q + q e^r);
+
+where r = r(X).  Both are monotone functions of r, so the distribution functions of L
+under P and under Q follow from those of r (Balle, Barthe, Gaboardi 2018 for the
+subsampled pairs; Zhu, Dong, Wang 2022 for add/remove dominating pairs).
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+from scipy import special
+
+Under = Literal["P", "Q"]
+Direction = Literal["remove", "add"]
+
+
+def _as_array(values: np.ndarray | float) -> np.ndarray:
+    return np.asarray(values, dtype=float)
+
+
+class MonotonePair(abc.ABC):
+    """Base pair (P0, Q0) with non-decreasing log-likelihood ratio r."""
+
+    #: smallest and largest value of r (may be infinite)
+    r_min: float
+    r_max: float
+
+    @abc.abstractmethod
+    def log_likelihood_ratio(self, x: np.ndarray | float) -> np.ndarray:
+        """r(x) = log p0(x) / q0(x)."""
+
+    @abc.abstractmethod
+    def r_cdf(self, c: np.ndarray | float, under: Under, inclusive: bool = True) -> np.ndarray:
+        """Pr(r <= c) (inclusive) or Pr(r < c) under P0 or Q0."""
+
+    @abc.abstractmethod
+    def r_sf(self, c: np.ndarray | float, under: Under, inclusive: bool = False) -> np.ndarray:
+        """Pr(r > c), or Pr(r >= c) when ``inclusive``, under P0 or Q0."""
+
+    @property
+    def atoms(self) -> tuple[float, ...]:
+        """Values of r carrying positive probability (empty for continuous r)."""
+        return ()
+
+
+@dataclass(frozen=True)
+class GaussianPair(MonotonePair):
+    """P0 = N(mu, 1) vs Q0 = N(0, 1) with mu = sensitivity / noise std = 1/noise_multiplier.
+
+    r(x) = mu x - mu^2/2, so under P0 r ~ N(mu^2/2, mu^2) and under Q0 r ~ N(-mu^2/2, mu^2).
+    """
+
+    mu: float
+
+    r_min = -np.inf
+    r_max = np.inf
+
+    def log_likelihood_ratio(self, x):
+        return self.mu * _as_array(x) - 0.5 * self.mu**2
+
+    def _z(self, c, under: Under) -> np.ndarray:
+        c = _as_array(c)
+        shift = -0.5 * self.mu if under == "P" else 0.5 * self.mu
+        return c / self.mu + shift
+
+    def r_cdf(self, c, under, inclusive=True):
+        return special.ndtr(self._z(c, under))
+
+    def r_sf(self, c, under, inclusive=False):
+        return special.ndtr(-self._z(c, under))
+
+
+@dataclass(frozen=True)
+class LaplacePair(MonotonePair):
+    """P0 = Lap(a, 1) vs Q0 = Lap(0, 1) in units of the scale, a = sensitivity / scale.
+
+    r(x) = |x| - |x - a| is -a for x <= 0, 2x - a on [0, a] and a for x >= a, so r has
+    atoms at -a and +a (Mironov 2017, section on the Laplace mechanism).
+    """
+
+    a: float
+
+    @property
+    def r_min(self) -> float:  # type: ignore[override]
+        return -self.a
+
+    @property
+    def r_max(self) -> float:  # type: ignore[override]
+        return self.a
+
+    @property
+    def atoms(self) -> tuple[float, ...]:
+        return (-self.a, self.a)
+
+    def log_likelihood_ratio(self, x):
+        x = _as_array(x)
+        return np.abs(x) - np.abs(x - self.a)
+
+    @staticmethod
+    def _cdf0(y: np.ndarray) -> np.ndarray:
+        """CDF of Lap(0, 1), accurate in both tails."""
+        return np.where(y < 0, 0.5 * np.exp(np.minimum(y, 0.0)), -0.5 * np.expm1(-np.maximum(y, 0.0)) + 0.5)
+
+    @staticmethod
+    def _sf0(y: np.ndarray) -> np.ndarray:
+        return np.where(y > 0, 0.5 * np.exp(-np.maximum(y, 0.0)), 0.5 - 0.5 * np.expm1(np.minimum(y, 0.0)))
+
+    def _x_of(self, c: np.ndarray, under: Under) -> np.ndarray:
+        x = 0.5 * (c + self.a)
+        return x - self.a if under == "P" else x
+
+    def r_cdf(self, c, under, inclusive=True):
+        c = _as_array(c)
+        inside = self._cdf0(self._x_of(np.clip(c, -self.a, self.a), under))
+        if inclusive:
+            return np.where(c < -self.a, 0.0, np.where(c >= self.a, 1.0, inside))
+        return np.where(c <= -self.a, 0.0, np.where(c > self.a, 1.0, inside))
+
+    def r_sf(self, c, under, inclusive=False):
+        c = _as_array(c)
+        inside = self._sf0(self._x_of(np.clip(c, -self.a, self.a), under))
+        if inclusive:
+            return np.where(c <= -self.a, 1.0, np.where(c > self.a, 0.0, inside))
+        return np.where(c < -self.a, 1.0, np.where(c >= self.a, 0.0, inside))
+
+
+@dataclass(frozen=True)
+class RandomizedResponsePair(MonotonePair):
+    """The epsilon-DP dominating pair: P0 = (e^eps, 1)/(1+e^eps), Q0 = (1, e^eps)/(1+e^eps).
+
+    Every epsilon-DP mechanism is dominated by it (Kairouz, Oh, Viswanath 2015); r takes
+    the values +eps (on output 1) and -eps (on output 0).
+    """
+
+    epsilon: float
+
+    @property
+    def r_min(self) -> float:  # type: ignore[override]
+        return -self.epsilon
+
+    @property
+    def r_max(self) -> float:  # type: ignore[override]
+        return self.epsilon
+
+    @property
+    def atoms(self) -> tuple[float, ...]:
+        return (-self.epsilon, self.epsilon)
+
+    def log_likelihood_ratio(self, x):
+        x = _as_array(x)
+        return np.where(x >= 0.5, self.epsilon, -self.epsilon)
+
+    def _masses(self, under: Under) -> tuple[float, float]:
+        """(Pr(r = -eps), Pr(r = +eps))."""
+        high = float(special.expit(self.epsilon))
+        low = float(special.expit(-self.epsilon))
+        return (low, high) if under == "P" else (high, low)
+
+    def r_cdf(self, c, under, inclusive=True):
+        c = _as_array(c)
+        low, high = self._masses(under)
+        if inclusive:
+            return np.where(c >= -self.epsilon, low, 0.0) + np.where(c >= self.epsilon, high, 0.0)
+        return np.where(c > -self.epsilon, low, 0.0) + np.where(c > self.epsilon, high, 0.0)
+
+    def r_sf(self, c, under, inclusive=False):
+        c = _as_array(c)
+        low, high = self._masses(under)
+        if inclusive:
+            return np.where(c <= -self.epsilon, low, 0.0) + np.where(c <= self.epsilon, high, 0.0)
+        return np.where(c < -self.epsilon, low, 0.0) + np.where(c < self.epsilon, high, 0.0)
+
+
+@dataclass(frozen=True)
+class PrivacyLoss:
+    """Law of the privacy loss L = log p(X)/q(X), X ~ P, of a subsampled pair in one direction.
+
+    ``cdf(l, under)`` is Pr(L <= l) and ``sf(l, under)`` is Pr(L > l) with X drawn from P
+    (``under="P"``) or from Q (``under="Q"``).  Under Q the law is the exponential
+    tilt of the law under P: dQ_L = e^{-l} dP_L, which the discretisation uses to
+    preserve both masses exactly.
+    """
+
+    pair: MonotonePair
+    sampling_rate: float
+    direction: Direction
+
+    # -- the monotone map r -> L and its inverse -------------------------------------
+    def _log1m_q(self) -> float:
+        q = self.sampling_rate
+        return -np.inf if q >= 1.0 else float(np.log1p(-q))
+
+    def loss_of_r(self, r: np.ndarray | float) -> np.ndarray:
+        """L as a function of the base log-likelihood ratio r."""
+        r = _as_array(r)
+        q = self.sampling_rate
+        if q >= 1.0:
+            forward = r
+        else:
+            # log(1 - q + q e^r), stable for large |r|
+            forward = np.logaddexp(np.log1p(-q), np.log(q) + r)
+        return forward if self.direction == "remove" else -forward
+
+    def _r_of_forward(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Inverse of y = log(1 - q + q e^r); returns (r, valid) with valid = y > log(1-q)."""
+        q = self.sampling_rate
+        if q >= 1.0:
+            return y, np.ones(y.shape, dtype=bool)
+        valid = y > np.log1p(-q)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            # e^y - (1 - q) = expm1(y) + q; for large y use y + log1p(-(1-q)e^{-y})
+            big = y > 1.0
+            small_part = np.log(np.where(valid & ~big, np.expm1(np.minimum(y, 1.0)) + q, 1.0))
+            big_part = y + np.log1p(-(1.0 - q) * np.exp(-np.maximum(y, 1.0)))
+            r = np.where(big, big_part, small_part) - np.log(q)
+        return np.where(valid, r, -np.inf), valid
+
+    def privacy_loss(self, x: np.ndarray | float) -> np.ndarray:
+        """L(x) = log p(x)/q(x) for an output x of the base mechanism."""
+        return self.loss_of_r(self.pair.log_likelihood_ratio(x))
+
+    @property
+    def support(self) -> tuple[float, float]:
+        lo, hi = float(self.loss_of_r(self.pair.r_min)), float(self.loss_of_r(self.pair.r_max))
+        return (lo, hi) if self.direction == "remove" else (hi, lo)
+
+    @property
+    def atoms(self) -> tuple[float, ...]:
+        return tuple(float(self.loss_of_r(a)) for a in self.pair.atoms)
+
+    # -- distribution functions of L ---------------------------------------------------
+    def _mix(self, values_p0: np.ndarray, values_q0: np.ndarray, under: Under, mixed: bool) -> np.ndarray:
+        """Probability under the subsampled measure: mixture if ``mixed``, else Q0 only."""
+        q = self.sampling_rate
+        if not mixed:
+            return values_q0
+        return (1.0 - q) * values_q0 + q * values_p0
+
+    def _prob(self, ell: np.ndarray | float, under: Under, kind: str) -> np.ndarray:
+        """kind in {'le', 'lt', 'gt', 'ge'}: Pr(L <= l), Pr(L < l), Pr(L > l), Pr(L >= l)."""
+        ell = _as_array(ell)
+        pair = self.pair
+        if self.direction == "remove":
+            # P = mixture, Q = Q0; L increasing in r
+            mixed = under == "P"
+            r, valid = self._r_of_forward(ell)
+            rr = np.where(valid, r, 0.0)
+            if kind == "le":
+                f = lambda u: pair.r_cdf(rr, u, inclusive=True)  # noqa: E731
+                below = 0.0
+            elif kind == "lt":
+                f = lambda u: pair.r_cdf(rr, u, inclusive=False)  # noqa: E731
+                below = 0.0
+            elif kind == "gt":
+                f = lambda u: pair.r_sf(rr, u, inclusive=False)  # noqa: E731
+                below = 1.0
+            else:
+                f = lambda u: pair.r_sf(rr, u, inclusive=True)  # noqa: E731
+                below = 1.0
+            value = self._mix(f("P"), f("Q"), under, mixed)
+            return np.where(valid, value, below)
+        # add: P = Q0, Q = mixture; L = -forward(r) decreasing in r
+        mixed = under == "Q"
+        r, valid = self._r_of_forward(-ell)
+        rr = np.where(valid, r, 0.0)
+        # L <= l  <=>  r >= r*(-l);  L < l <=> r > r*;  L > l <=> r < r*;  L >= l <=> r <= r*
+        if kind == "le":
+            f = lambda u: pair.r_sf(rr, u, inclusive=True)  # noqa: E731
+            outside = 1.0
+        elif kind == "lt":
+            f = lambda u: pair.r_sf(rr, u, inclusive=False)  # noqa: E731
+            outside = 1.0
+        elif kind == "gt":
+            f = lambda u: pair.r_cdf(rr, u, inclusive=False)  # noqa: E731
+            outside = 0.0
+        else:
+            f = lambda u: pair.r_cdf(rr, u, inclusive=True)  # noqa: E731
+            outside = 0.0
+        value = self._mix(f("P"), f("Q"), under, mixed)
+        # invalid means -l <= log(1-q), i.e. l >= -log(1-q) >= every value of L
+        return np.where(valid, value, outside)
+
+    def cdf(self, ell, under: Under = "P", inclusive: bool = True) -> np.ndarray:
+        """Pr(L <= l) (or Pr(L < l) when not inclusive)."""
+        return self._prob(ell, under, "le" if inclusive else "lt")
+
+    def sf(self, ell, under: Under = "P", inclusive: bool = False) -> np.ndarray:
+        """Pr(L > l) (or Pr(L >= l) when inclusive)."""
+        return self._prob(ell, under, "ge" if inclusive else "gt")
+
+    # -- quantiles used to choose a truncation range ---------------------------------
+    def upper_quantile(self, tail: float) -> float:
+        """Smallest grid-free l found by bisection with Pr_P(L > l) <= tail (or the support end)."""
+        lo_support, hi_support = self.support
+        if np.isfinite(hi_support):
+            return hi_support
+        lo = 0.0 if not np.isfinite(lo_support) else max(lo_support, 0.0)
+        hi = max(lo, 1.0)
+        while float(self.sf(hi)) > tail:
+            lo, hi = hi, 2.0 * hi + 1.0
+            if hi > 1e9:
+                raise ValueError("privacy loss tail does not decay; cannot truncate")
+        for _ in range(48):
+            mid = 0.5 * (lo + hi)
+            if float(self.sf(mid)) > tail:
+                lo = mid
+            else:
+                hi = mid
+        return hi
+
+    def lower_quantile(self, tail: float) -> float:
+        """Largest l found by bisection with Pr_P(L <= l) <= tail (or the support start)."""
+        lo_support, hi_support = self.support
+        if np.isfinite(lo_support):
+            return lo_support
+        hi = 0.0 if not np.isfinite(hi_support) else min(hi_support, 0.0)
+        lo = min(hi, -1.0)
+        while float(self.cdf(lo)) > tail:
+            hi, lo = lo, 2.0 * lo - 1.0
+            if lo < -1e9:
+                raise ValueError("privacy loss tail does not decay; cannot truncate")
+        for _ in range(48):
+            mid = 0.5 * (lo + hi)
+            if float(self.cdf(mid)) > tail:
+                hi = mid
+            else:
+                lo = mid
+        return lo
