@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from dpforge.accounting.prv import (
+    _DIRECT_LIMIT,
     ComposedProfile,
     atom_aligned_step,
     compose,
@@ -52,36 +53,39 @@ class _Evaluation:
 
 
 def _evaluate(
-    components: Sequence[Component], step: float, tail: float, kinds: Sequence[str] = ("upper", "lower")
+    components: Sequence[Component],
+    step: float,
+    tail: float,
+    kinds: Sequence[str] = ("upper", "lower"),
+    staged: bool = False,
 ) -> _Evaluation:
     upper: list[ComposedProfile] = []
     lower: list[ComposedProfile] = []
     for direction in directions_for(components):
         direction_step = atom_aligned_step(components, direction, step)
-        measures = discretise_all(components, direction, direction_step, tail, kinds)
+        measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged)
         if "upper" in kinds:
-            upper.append(compose(measures["upper"], tail, "upper"))
+            upper.append(compose(measures["upper"], tail).upper_profile())
         if "lower" in kinds:
-            lower.append(compose(measures["lower"], tail, "lower"))
+            lower.append(compose(measures["lower"], tail).lower_profile())
     return _Evaluation(step, tuple(upper), tuple(lower))
 
 
 def initial_step(components: Sequence[Component], delta: float, relative_accuracy: float, tail: float) -> float:
-    """A first grid step from the composed mean/variance and the O(T h^2) error model.
+    """A first (probe) grid step from the composed mean/variance and the O(T h^2) error model.
 
     The pessimistic measure moves the mean of each step by at most h^2/8 and adds at
-    most h^2/4 variance, so the width of the epsilon interval grows like c T h^2.
+    most h^2/4 variance, so the width of the epsilon interval grows like c T h^2; the
+    refinement then scales the step by the measured width.
     """
     steps = sum(c.count for c in components)
-    mean = spread = 0.0
-    width = 0.0
+    mean = spread = width = 0.0
     for direction in directions_for(components):
         m, v, w = loss_moments(components, direction, tail)
         mean, spread, width = max(mean, m), max(spread, math.sqrt(max(v, 0.0))), max(width, w)
     scale = max(mean + math.sqrt(2.0 * math.log(1.0 / delta)) * spread, 1e-2)
     from_error = math.sqrt(relative_accuracy * scale / (0.5 * steps))
-    from_resolution = max(spread, 1e-6) / 40.0
-    step = min(from_error, from_resolution, width / 64.0)
+    step = min(from_error, max(spread, 1e-6) / 40.0, width / 64.0)
     return max(step, 2.0 * (width + 12.0 * spread + 1.0) / MAX_GRID, 1e-9)
 
 
@@ -102,6 +106,13 @@ def _refine(
     width_of: "callable",
     max_refinements: int,
 ) -> tuple[_Evaluation, int]:
+    """Shrink the grid step until the bounds are as close as asked (width ~ c h^2).
+
+    When the next grid would exceed ``_DIRECT_LIMIT`` points, components whose one-step
+    law the grid cannot resolve are composed in chunks on finer grids instead
+    (``staged``), which lets the step stay coarse.
+    """
+    staged = False
     evaluation = _evaluate(components, step, tail)
     refinements = 0
     while refinements < max_refinements:
@@ -110,10 +121,13 @@ def _refine(
             break
         factor = math.sqrt(0.5 * relative_accuracy * scale / width) if width > 0 else 0.5
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
-        if 2.0 * evaluation.grid_size * step / new_step > MAX_GRID:
+        grid = evaluation.grid_size * step / new_step
+        if not staged and grid > _DIRECT_LIMIT:
+            staged, new_step = True, step
+        elif grid > MAX_GRID:
             break
         step = new_step
-        evaluation = _evaluate(components, step, tail)
+        evaluation = _evaluate(components, step, tail, staged=staged)
         refinements += 1
     return evaluation, refinements
 

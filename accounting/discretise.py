@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from dpforge.mechanisms.pairs import PrivacyLoss, Under
+from dpforge.mechanisms.pairs import PrivacyLoss
 
 
 @dataclass(frozen=True)
@@ -56,18 +56,20 @@ class GridMeasure:
         total = self.masses.sum()
         if total <= 0:
             return float(self.first_index)
-        return float(self.first_index + np.dot(np.arange(self.masses.size), self.masses) / total)
+        return float(self.first_index + np.dot(self.masses, np.arange(self.masses.size, dtype=float)) / total)
 
 
-def _interval_masses(loss: PrivacyLoss, edges: np.ndarray, under: Under) -> np.ndarray:
-    """Pr(L in (edges[i], edges[i+1]]) under P or Q, from the CDF in the lower half and
-    from the survival function in the upper half (no cancellation in either tail)."""
-    cdf = loss.cdf(edges, under)
-    sf = loss.sf(edges, under)
-    from_cdf = cdf[1:] - cdf[:-1]
-    from_sf = sf[:-1] - sf[1:]
-    masses = np.where(cdf[1:] <= 0.5, from_cdf, from_sf)
+def _differences(cdf: np.ndarray, sf: np.ndarray) -> np.ndarray:
+    """Interval masses from the CDF in the lower half and from the survival function in
+    the upper half (no cancellation in either tail)."""
+    masses = np.where(cdf[1:] <= 0.5, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
     return np.maximum(masses, 0.0)
+
+
+def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(Pr_P(L in cell), Pr_Q(L in cell)) for the cells (edges[i], edges[i+1]]."""
+    cdf_p, sf_p, cdf_q, sf_q = loss.distribution_functions(edges)
+    return _differences(cdf_p, sf_p), _differences(cdf_q, sf_q)
 
 
 def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> GridMeasure:
@@ -75,8 +77,7 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> Gr
     k_lo = int(np.floor(low / step))
     k_hi = max(int(np.ceil(high / step)), k_lo + 1)
     grid = np.arange(k_lo, k_hi + 1) * step
-    m = _interval_masses(loss, grid, "P")
-    n = _interval_masses(loss, grid, "Q")
+    m, n = _cell_masses(loss, grid)
     # split each cell (l_k, l_k+1]: beta at l_k+1, alpha at l_k, preserving m and n
     excess = m - n * np.exp(grid[:-1])
     beta = np.clip(excess / (-np.expm1(-step)), 0.0, m)
@@ -168,7 +169,7 @@ def _cell_weights(m: np.ndarray, n: np.ndarray, grid: np.ndarray) -> tuple[np.nd
     return up, down
 
 
-def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 32) -> float:
+def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 24) -> float:
     """Grid offset in [0, step) for the optimistic measure.
 
     With atoms (Laplace, randomised response) the grid is put just below an atom, so
@@ -176,7 +177,7 @@ def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candi
     Otherwise the routing leaves excess mainly where the law piles up against an end of
     its support (subsampling makes steep edges at log(1-q)), and how much depends
     sharply on where the grid falls.  The offset is chosen among ``candidates`` values
-    by routing the bulk of the law (all but 1e-10 of each tail) on each shifted grid;
+    by routing the bulk of the law (all but 1e-6 and 1e-4 of its tails) on each grid;
     one evaluation of the distribution functions on a sub-grid serves every candidate.
     """
     atoms = [a for a in loss.atoms if np.isfinite(a) and low <= a <= high]
@@ -184,22 +185,20 @@ def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candi
         anchor = atoms[0]
         margin = 256.0 * np.finfo(float).eps * max(1.0, max(abs(a) for a in atoms)) + 1e-9 * step
         return float((anchor - margin) % step)
-    bulk_low = max(low, loss.lower_quantile(1e-10))
-    bulk_high = min(high, loss.upper_quantile(1e-10))
+    bulk_low = max(low, loss.lower_quantile(1e-6))
+    bulk_high = min(high, loss.upper_quantile(1e-4))
     cells = int(np.ceil((bulk_high - bulk_low) / step)) + 2
-    candidates = int(max(4, min(candidates, 120_000 // max(cells, 1))))
+    candidates = int(max(4, min(candidates, 60_000 // max(cells, 1))))
     sub = step / candidates
     start = bulk_low - step
     points = start + sub * np.arange((cells + 1) * candidates + 1)
-    cdf_p, sf_p = loss.cdf(points, "P"), loss.sf(points, "P")
-    cdf_q, sf_q = loss.cdf(points, "Q"), loss.sf(points, "Q")
+    cdf_p, sf_p, cdf_q, sf_q = loss.distribution_functions(points)
     excess = np.empty(candidates)
     for phase in range(candidates):
         idx = np.arange(phase, points.size, candidates)
         grid = points[idx]
         a_p, b_p, a_q, b_q = cdf_p[idx], sf_p[idx], cdf_q[idx], sf_q[idx]
-        m = np.maximum(np.where(a_p[1:] <= 0.5, a_p[1:] - a_p[:-1], b_p[:-1] - b_p[1:]), 0.0)
-        n = np.maximum(np.where(a_q[1:] <= 0.5, a_q[1:] - a_q[:-1], b_q[:-1] - b_q[1:]), 0.0)
+        m, n = _differences(a_p, b_p), _differences(a_q, b_q)
         up, down = _cell_weights(m, n, grid)
         top_up = max(float(b_p[-1] - b_q[-1] * np.exp(grid[-1])), 0.0)
         pi = _route(up, down, top_up)
@@ -221,8 +220,7 @@ def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float, phase
     k_lo = int(np.floor((low - phase) / step))
     k_hi = max(int(np.ceil((high - phase) / step)), k_lo + 1)
     grid = np.arange(k_lo, k_hi + 1) * step + phase
-    m = _interval_masses(loss, grid, "P")
-    n = _interval_masses(loss, grid, "Q")
+    m, n = _cell_masses(loss, grid)
     up, down = _cell_weights(m, n, grid)
     top_m = float(loss.sf(grid[-1], "P"))
     top_n = float(loss.sf(grid[-1], "Q"))

@@ -295,6 +295,44 @@ class PrivacyLoss:
         # invalid means -l <= log(1-q), i.e. l >= -log(1-q) >= every value of L
         return np.where(valid, value, outside)
 
+    def distribution_functions(self, ell) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(Pr_P(L <= l), Pr_P(L > l), Pr_Q(L <= l), Pr_Q(L > l)) in one pass.
+
+        Each of the four is computed directly (not as one minus another), so all are
+        accurate in their own tail.
+        """
+        ell = _as_array(ell)
+        pair = self.pair
+        q = self.sampling_rate
+        if self.direction == "remove":
+            r, valid = self._r_of_forward(ell)
+            rr = np.where(valid, r, 0.0)
+            c_p0, c_q0 = pair.r_cdf(rr, "P", True), pair.r_cdf(rr, "Q", True)
+            s_p0, s_q0 = pair.r_sf(rr, "P", False), pair.r_sf(rr, "Q", False)
+            cdf_p = (1.0 - q) * c_q0 + q * c_p0
+            sf_p = (1.0 - q) * s_q0 + q * s_p0
+            cdf_q, sf_q = c_q0, s_q0
+            return (
+                np.where(valid, cdf_p, 0.0),
+                np.where(valid, sf_p, 1.0),
+                np.where(valid, cdf_q, 0.0),
+                np.where(valid, sf_q, 1.0),
+            )
+        r, valid = self._r_of_forward(-ell)
+        rr = np.where(valid, r, 0.0)
+        # L <= l <=> r >= r*;  L > l <=> r < r*
+        ge_p0, ge_q0 = pair.r_sf(rr, "P", True), pair.r_sf(rr, "Q", True)
+        lt_p0, lt_q0 = pair.r_cdf(rr, "P", False), pair.r_cdf(rr, "Q", False)
+        cdf_p, sf_p = ge_q0, lt_q0
+        cdf_q = (1.0 - q) * ge_q0 + q * ge_p0
+        sf_q = (1.0 - q) * lt_q0 + q * lt_p0
+        return (
+            np.where(valid, cdf_p, 1.0),
+            np.where(valid, sf_p, 0.0),
+            np.where(valid, cdf_q, 1.0),
+            np.where(valid, sf_q, 0.0),
+        )
+
     def cdf(self, ell, under: Under = "P", inclusive: bool = True) -> np.ndarray:
         """Pr(L <= l) (or Pr(L < l) when not inclusive)."""
         return self._prob(ell, under, "le" if inclusive else "lt")
