@@ -6,6 +6,7 @@ composition); engines in :mod:`dpforge.accounting` count it.
 
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP, RandomizedResponse
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
+from dpforge.mechanisms.dp_event import from_dp_event, to_dp_event
 from dpforge.mechanisms.pairs import (
     GaussianPair,
     LaplacePair,
@@ -30,4 +31,6 @@ __all__ = [
     "RandomizedResponse",
     "RandomizedResponsePair",
     "flatten",
+    "from_dp_event",
+    "to_dp_event",
 ]
