@@ -37,6 +37,7 @@ from typing import Sequence
 import numba
 import numpy as np
 from scipy import fft as sp_fft
+from scipy import signal
 
 from dpforge.accounting.discrete_loss import DiscreteLoss
 from dpforge.accounting.discretise import GridMeasure, lower_measure, upper_measure
@@ -70,7 +71,12 @@ class ComposedProfile:
         return max(value, 0.0)
 
     def epsilon(self, delta: float) -> float:
-        """Smallest eps >= 0 with delta(eps) <= delta (inf when no eps qualifies)."""
+        """Smallest eps >= 0 with delta(eps) <= delta (inf when no eps qualifies).
+
+        On a uniform grid the sums S_j = sum_{i>j} w_i e^{x_j - x_i} obey
+        S_j = e^{-h} (w_{j+1} + S_{j+1}), a first-order filter with no overflow for any
+        epsilon; between grid points the profile is A - e^{eps} B, solved exactly.
+        """
         if self.constant >= delta:
             return math.inf
         if self.delta(0.0) <= delta:
@@ -80,23 +86,24 @@ class ComposedProfile:
         w = self.weights[keep]
         if x.size == 0:
             return 0.0
-        if x[-1] > 700:
-            raise ValueError("privacy loss window exceeds 700 nats; epsilon this large is out of range")
-        # suffix sums over entries strictly to the right
-        suffix_a = np.cumsum(w[::-1])[::-1]
-        suffix_b = np.cumsum((w * np.exp(-x))[::-1])[::-1]
-        a_next = np.append(suffix_a[1:], 0.0)
-        b_next = np.append(suffix_b[1:], 0.0)
-        at_points = self.constant + a_next - np.exp(x) * b_next
+        step = float(x[1] - x[0]) if x.size > 1 else 1.0
+        decay = math.exp(-step)
+        # S_j via a reversed recursive filter; A_j = sum_{i>=j} w_i
+        reversed_w = w[::-1]
+        s_rev = signal.lfilter([decay], [1.0, -decay], np.concatenate([[0.0], reversed_w[:-1]]))
+        tilted = s_rev[::-1]  # tilted[j] = sum_{i>j} w_i e^{x_j - x_i}
+        suffix = np.cumsum(reversed_w)[::-1]  # sum_{i>=j} w_i
+        after = np.append(suffix[1:], 0.0)  # sum_{i>j} w_i
+        at_points = self.constant + after - tilted
         j = int(np.argmax(at_points <= delta))  # first grid point where the profile is <= delta
         if at_points[j] > delta:
             return math.inf
-        a, b = suffix_a[j], suffix_b[j]
         left = x[j - 1] if j > 0 else 0.0
-        if b <= 0:
-            return float(x[j])
-        value = (self.constant + a - delta) / b
-        eps = math.log(value) if value > 0 else left
+        numerator = self.constant + suffix[j] - delta
+        denominator = w[j] + tilted[j]
+        if denominator <= 0 or numerator <= 0:
+            return float(max(left, 0.0)) if numerator <= 0 else float(x[j])
+        eps = float(x[j] + math.log(numerator / denominator))
         return float(min(max(eps, left), x[j]))
 
 

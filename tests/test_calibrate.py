@@ -1,0 +1,80 @@
+"""Calibration: the certified upper epsilon lands in [target (1 - tol), target]."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpforge.accounting import (
+    calibrate,
+    calibrate_laplace_scale,
+    calibrate_noise_multiplier,
+    epsilon,
+)
+from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
+
+
+@pytest.mark.parametrize(
+    "sampling_rate, steps, target",
+    [(0.01, 1000, 1.0), (0.01, 1000, 8.0), (0.1, 200, 2.0), (1.0, 10, 3.0)],
+)
+def test_noise_multiplier_meets_target(sampling_rate, steps, target):
+    result = calibrate_noise_multiplier(sampling_rate, steps, target, 1e-5)
+    assert target * (1 - 1e-3) <= result.epsilon <= target
+    assert result.parameter_name == "noise_multiplier"
+    # an independent certified evaluation at the returned parameter agrees
+    mechanism = Gaussian(result.parameter)
+    if sampling_rate < 1:
+        mechanism = PoissonSampled(mechanism, sampling_rate)
+    check = epsilon(Composed([(mechanism, steps)]), 1e-5)
+    assert check.lower <= result.epsilon * (1 + 1e-9)
+    assert abs(check.upper - result.epsilon) <= 2e-3 * target
+
+
+def test_less_noise_would_exceed_target():
+    """The answer is (nearly) the smallest: 1% less noise breaks the target."""
+    result = calibrate_noise_multiplier(0.01, 1000, 1.0, 1e-5)
+    smaller = Composed([(PoissonSampled(Gaussian(result.parameter * 0.99), 0.01), 1000)])
+    assert epsilon(smaller, 1e-5).lower > 1.0
+
+
+def test_laplace_scale_meets_target():
+    result = calibrate_laplace_scale(0.01, 1000, 1.0, 1e-5)
+    assert 1.0 * (1 - 1e-3) <= result.epsilon <= 1.0
+    assert result.parameter_name == "scale"
+    pure = 1000 * math.log1p(0.01 * math.expm1(1.0 / result.parameter))
+    assert pure > 1.0  # approximate DP accounting needs less noise than pure-DP composition
+
+
+def test_generic_calibrate_with_bracket():
+    def make(scale: float):
+        return Composed([(Laplace(scale), 10)])
+
+    result = calibrate(make, 5.0, 1e-6, lower=0.5, upper=50.0, rel_tolerance=1e-2)
+    assert 5.0 * 0.99 <= result.epsilon <= 5.0
+
+
+def test_unreachable_target_names_the_bracket_end():
+    with pytest.raises(ValueError, match="upper end"):
+        calibrate_noise_multiplier(0.5, 100_000, 0.01, 1e-5, upper=2.0)
+    with pytest.raises(ValueError, match="lower end"):
+        calibrate_noise_multiplier(0.01, 10, 50.0, 1e-5, lower=1.0)
+
+
+@pytest.mark.parametrize(
+    "kwargs, name",
+    [
+        (dict(sampling_rate=0.0, steps=10, target_epsilon=1.0, delta=1e-5), "sampling_rate"),
+        (dict(sampling_rate=1.5, steps=10, target_epsilon=1.0, delta=1e-5), "sampling_rate"),
+        (dict(sampling_rate=0.1, steps=0, target_epsilon=1.0, delta=1e-5), "steps"),
+        (dict(sampling_rate=0.1, steps=2.5, target_epsilon=1.0, delta=1e-5), "steps"),
+        (dict(sampling_rate=0.1, steps=10, target_epsilon=-1.0, delta=1e-5), "target_epsilon"),
+        (dict(sampling_rate=0.1, steps=10, target_epsilon=float("nan"), delta=1e-5), "target_epsilon"),
+        (dict(sampling_rate=0.1, steps=10, target_epsilon=1.0, delta=1.0), "delta"),
+        (dict(sampling_rate=0.1, steps=10, target_epsilon=1.0, delta=0.0), "delta"),
+    ],
+)
+def test_bad_input_names_the_parameter(kwargs, name):
+    with pytest.raises(ValueError, match=name):
+        calibrate_noise_multiplier(**kwargs)

@@ -1,0 +1,96 @@
+"""PRV engine behaviour that the closed-form tests do not reach."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from dpforge.accounting import api, delta, epsilon
+from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled, PureDP, flatten
+
+
+def test_default_accuracy_is_met():
+    result = epsilon(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), 1e-5)
+    assert result.lower <= result.estimate <= result.upper
+    assert (result.upper - result.lower) / result.upper <= 1e-3
+    assert result.accuracy["achieved"] <= 1e-3
+    assert result.engine == "prv" and result.neighbouring == "add_remove"
+
+
+def test_staged_and_direct_bounds_overlap():
+    """Composing in chunks on a finer grid is an independent certified route."""
+    components = flatten(Composed([(PoissonSampled(Gaussian(0.8), 0.002), 4000)]))
+    direct = api._evaluate(components, 2e-5, 1e-9)
+    staged = api._evaluate(components, 4e-4, 1e-9, staged=True)
+    d_low, d_high = direct.epsilon(1e-5)
+    s_low, s_high = staged.epsilon(1e-5)
+    assert max(d_low, s_low) <= min(d_high, s_high)
+    assert (s_high - s_low) / s_high < 5e-3
+
+
+def test_heterogeneous_composition_is_order_free():
+    first = PoissonSampled(Gaussian(1.0), 0.01)
+    second = PoissonSampled(Laplace(2.0), 0.02)
+    forward = epsilon(Composed([(first, 300), (second, 100)]), 1e-6)
+    backward = epsilon(Composed([(second, 100), (first, 300)]), 1e-6)
+    assert max(forward.lower, backward.lower) <= min(forward.upper, backward.upper)
+
+
+def test_nested_composition_multiplies_counts():
+    inner = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 10)])
+    nested = epsilon(Composed([(inner, 50)]), 1e-5)
+    flat = epsilon(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 500)]), 1e-5)
+    assert max(nested.lower, flat.lower) <= min(nested.upper, flat.upper)
+
+
+def test_pure_dp_composition_is_exact_on_aligned_grid():
+    # T-fold randomised response: epsilon(delta=tiny) approaches T*eps0 from below
+    result = epsilon(Composed([(PureDP(0.5), 4)]), 1e-12)
+    assert result.upper <= 2.0 + 1e-9
+    assert result.lower > 1.9
+
+
+def test_delta_is_monotone_and_bounded():
+    description = Composed([(PoissonSampled(Gaussian(1.0), 0.05), 200)])
+    values = [delta(description, eps) for eps in (0.5, 1.0, 2.0, 4.0)]
+    for result in values:
+        assert 0.0 <= result.lower <= result.upper <= 1.0
+    uppers = [r.upper for r in values]
+    assert uppers == sorted(uppers, reverse=True)
+
+
+def test_epsilon_and_delta_are_consistent():
+    description = Composed([(PoissonSampled(Gaussian(1.2), 0.02), 500)])
+    eps = epsilon(description, 1e-6)
+    at_upper = delta(description, eps.upper)
+    assert at_upper.lower <= 1e-6 * (1 + 1e-9)
+    if eps.lower > 0:
+        at_lower = delta(description, eps.lower)
+        assert at_lower.upper >= 1e-6 * (1 - 1e-9)
+
+
+def test_large_epsilon_and_tiny_delta_are_finite():
+    big = epsilon(Gaussian(0.1), 1e-5)
+    assert math.isfinite(big.upper) and 40 < big.upper < 100
+    tiny = epsilon(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), 1e-12)
+    assert math.isfinite(tiny.upper) and tiny.lower <= tiny.upper
+
+
+@pytest.mark.parametrize(
+    "call, name",
+    [
+        (lambda: epsilon(Gaussian(1.0), 0.0), "delta"),
+        (lambda: epsilon(Gaussian(1.0), 1.0), "delta"),
+        (lambda: epsilon(Gaussian(1.0), float("nan")), "delta"),
+        (lambda: epsilon(Gaussian(1.0), 1e-5, relative_accuracy=0), "relative_accuracy"),
+        (lambda: epsilon(Gaussian(1.0), 1e-5, engine="gdp"), "engine"),
+        (lambda: delta(Gaussian(1.0), -1.0), "epsilon"),
+        (lambda: delta(Gaussian(1.0), float("inf")), "epsilon"),
+        (lambda: epsilon("not a mechanism", 1e-5), "description"),
+        (lambda: epsilon(Gaussian(1.0), 1e-5, step=-1.0), "step"),
+    ],
+)
+def test_bad_input(call, name):
+    with pytest.raises(ValueError, match=name):
+        call()
