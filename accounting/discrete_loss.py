@@ -58,6 +58,11 @@ class DiscreteLoss:
         _, sf_p, _, sf_q = self.distribution_functions(ell)
         return sf_p if under == "P" else sf_q
 
+    def quantile(self, level: float) -> float:
+        total = self._cum_p[-1] + self.infinity
+        index = int(np.searchsorted(self._cum_p[1:], level * total, side="left"))
+        return float(self.positions[min(index, self.positions.size - 1)])
+
     def lower_quantile(self, tail: float) -> float:
         index = int(np.searchsorted(self._cum_p[1:], tail, side="right"))
         return float(self.positions[min(index, self.positions.size - 1)] - 1e-12)

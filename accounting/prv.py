@@ -171,7 +171,7 @@ def _chernoff_lambdas(measures: Sequence[tuple[GridMeasure, int]], tail: float) 
     variance = sum(count * _moments(measure)[1] for measure, count in measures)
     spread = math.sqrt(max(variance, 1e-300))
     centre = math.sqrt(2.0 * math.log(1.0 / tail)) / max(spread, 1e-12)
-    factors = np.geomspace(1e-3, 4.0, 11)  # heavy upper tails (small q) want small lam
+    factors = np.geomspace(1e-3, 3.0, 8)  # heavy upper tails (small q) want small lam
     lam = np.clip(centre * factors, 1e-6, 1e6)
     return np.concatenate([lam, -lam])
 
@@ -329,21 +329,7 @@ def bulk_spread(loss: PrivacyLoss) -> float:
     deviation for a normal law).  Subsampled losses have rare large values that inflate
     the variance; the grid has to resolve the bulk, which this measures."""
 
-    def quantile(level: float) -> float:
-        low, high = loss.support
-        if not np.isfinite(low):
-            low = loss.lower_quantile(level * 1e-3)
-        if not np.isfinite(high):
-            high = loss.upper_quantile(level * 1e-3)
-        for _ in range(60):
-            mid = 0.5 * (low + high)
-            if float(loss.cdf(mid)) < level:
-                low = mid
-            else:
-                high = mid
-        return high
-
-    return max((quantile(0.95) - quantile(0.05)) / 3.29, 0.0)
+    return max((loss.quantile(0.95) - loss.quantile(0.05)) / 3.29, 0.0)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -342,8 +342,17 @@ class PrivacyLoss:
         return self._prob(ell, under, "ge" if inclusive else "gt")
 
     # -- quantiles used to choose a truncation range ---------------------------------
+    def quantile(self, level: float) -> float:
+        """Smallest l (to 1e-6 of the bracket) with Pr_P(L <= l) >= level."""
+        lo, hi = self.support
+        if not np.isfinite(lo):
+            lo = self.lower_quantile(min(level, 1.0 - level) * 1e-3)
+        if not np.isfinite(hi):
+            hi = self.upper_quantile(min(level, 1.0 - level) * 1e-3)
+        return _first_true(lambda x: self.cdf(x) >= level, lo, hi)
+
     def upper_quantile(self, tail: float) -> float:
-        """Smallest grid-free l found by bisection with Pr_P(L > l) <= tail (or the support end)."""
+        """Smallest l (to 1e-6 of the bracket) with Pr_P(L > l) <= tail, or the support end."""
         lo_support, hi_support = self.support
         if np.isfinite(hi_support):
             return hi_support
@@ -353,16 +362,10 @@ class PrivacyLoss:
             lo, hi = hi, 2.0 * hi + 1.0
             if hi > 1e9:
                 raise ValueError("privacy loss tail does not decay; cannot truncate")
-        for _ in range(48):
-            mid = 0.5 * (lo + hi)
-            if float(self.sf(mid)) > tail:
-                lo = mid
-            else:
-                hi = mid
-        return hi
+        return _first_true(lambda x: self.sf(x) <= tail, lo, hi)
 
     def lower_quantile(self, tail: float) -> float:
-        """Largest l found by bisection with Pr_P(L <= l) <= tail (or the support start)."""
+        """Largest l (to 1e-6 of the bracket) with Pr_P(L <= l) <= tail, or the support start."""
         lo_support, hi_support = self.support
         if np.isfinite(lo_support):
             return lo_support
@@ -372,10 +375,19 @@ class PrivacyLoss:
             hi, lo = lo, 2.0 * lo - 1.0
             if lo < -1e9:
                 raise ValueError("privacy loss tail does not decay; cannot truncate")
-        for _ in range(48):
-            mid = 0.5 * (lo + hi)
-            if float(self.cdf(mid)) > tail:
-                hi = mid
-            else:
-                lo = mid
-        return lo
+        # last point where the condition still holds: search on the mirrored predicate
+        return -_first_true(lambda x: self.cdf(-x) <= tail, -hi, -lo)
+
+
+def _first_true(condition, low: float, high: float, rounds: int = 4, points: int = 33) -> float:
+    """Bracket refinement for a monotone vectorised predicate (False ... False True ... True
+    on [low, high], True at ``high``): returns a point where it is True, within
+    (high - low) / (points - 1)^rounds of the switch."""
+    for _ in range(rounds):
+        grid = np.linspace(low, high, points)
+        ok = np.asarray(condition(grid), dtype=bool)
+        index = int(np.argmax(ok)) if ok.any() else points - 1
+        if index == 0:
+            return float(grid[0])
+        low, high = float(grid[index - 1]), float(grid[index])
+    return high
