@@ -1,0 +1,482 @@
+"""Training plan files: what a private training run will do, phase by phase, and its budget.
+
+A plan is a small TOML file (parsed with the standard library's ``tomllib`` only; no
+code is ever executed)::
+
+    delta = 1e-5            # required, in (0, 1)
+
+    [budget]                # optional
+    epsilon = 8.0           # >= 0
+
+    [[phases]]              # at least one
+    name = "warmup"         # optional string
+    noise = "gaussian"      # "gaussian" | "laplace"
+    noise_multiplier = 1.1  # gaussian only, > 0
+    sampling_rate = 0.004   # in (0, 1]; optional, default 1.0
+    steps = 1000            # integer >= 1
+    sensitivity = 1.0       # optional, > 0
+
+    [[phases]]
+    noise = "laplace"
+    scale = 2.0             # laplace only, > 0
+    sampling_rate = 0.01
+    steps = 100
+
+:func:`verify_plan` accounts the phases cumulatively with the certified PRV engine and
+checks the final upper bound on epsilon against the budget.  Every problem with a plan
+raises :class:`PlanError` (a ``ValueError``) whose one-line message names the field
+path, e.g. ``phases[1].noise_multiplier: must be a number > 0, got -1``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from dpforge.accounting.api import epsilon as account_epsilon
+from dpforge.mechanisms.base import Gaussian, Laplace
+from dpforge.mechanisms.combinators import Composed, PoissonSampled
+
+__all__ = [
+    "NOISE_PARAMETERS",
+    "Phase",
+    "PhaseCheck",
+    "Plan",
+    "PlanError",
+    "VerifyReport",
+    "load_plan",
+    "parse_plan",
+    "plan_to_toml",
+    "verify_plan",
+    "write_plan",
+]
+
+#: The noise families a phase may use and the name of each one's noise parameter.
+NOISE_PARAMETERS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale"}
+
+_TOP_LEVEL_KEYS = ("delta", "budget", "phases")
+_BUDGET_KEYS = ("epsilon",)
+_PHASE_COMMON_KEYS = ("name", "noise", "sampling_rate", "steps", "sensitivity")
+_DEFAULT_SOURCE = "<string>"
+
+
+class PlanError(ValueError):
+    """An invalid plan.  ``str(error)`` is one line: ``[source: ]field: problem``."""
+
+    def __init__(self, field: str, problem: str, source: str | None = None) -> None:
+        self.field = field
+        self.problem = problem
+        self.source = source
+        located = f"{field}: {problem}" if field else problem
+        super().__init__(f"{source}: {located}" if source else located)
+
+    def __reduce__(self):
+        return (PlanError, (self.field, self.problem, self.source))
+
+    def at(self, prefix: str) -> "PlanError":
+        """The same problem with its field path nested under ``prefix`` (e.g. ``phases[2]``)."""
+        field_path = f"{prefix}.{self.field}" if self.field else prefix
+        return PlanError(field_path, self.problem, self.source)
+
+    def located(self, source: str) -> "PlanError":
+        """The same problem, attributed to the file or string ``source``."""
+        return PlanError(self.field, self.problem, source)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _show(value: Any) -> str:
+    """A value as it would be written in TOML, for error messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)
+    if isinstance(value, Mapping):
+        return "a table"
+    if isinstance(value, (list, tuple)):
+        return "an array"
+    return repr(value)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _number(field_name: str, value: Any, condition: str, accept: Callable[[float], bool]) -> float:
+    """``value`` as a float when it is a finite number satisfying ``accept``, else PlanError."""
+    if not _is_number(value):
+        raise PlanError(field_name, f"must be a number {condition}, got {_show(value)}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise PlanError(field_name, f"must be a finite number {condition}, got {_show(value)}")
+    if not accept(number):
+        raise PlanError(field_name, f"must be a number {condition}, got {_show(value)}")
+    return number
+
+
+def _positive(field_name: str, value: Any) -> float:
+    return _number(field_name, value, "> 0", lambda x: x > 0.0)
+
+
+def _non_negative(field_name: str, value: Any) -> float:
+    return _number(field_name, value, ">= 0", lambda x: x >= 0.0)
+
+
+def _delta(field_name: str, value: Any) -> float:
+    return _number(field_name, value, "in (0, 1)", lambda x: 0.0 < x < 1.0)
+
+
+def _sampling_rate(field_name: str, value: Any) -> float:
+    return _number(field_name, value, "in (0, 1]", lambda x: 0.0 < x <= 1.0)
+
+
+def _steps(field_name: str, value: Any) -> int:
+    """An integer >= 1; an integral float such as 10.0 is accepted, 10.5 is not."""
+    problem = f"must be an integer >= 1, got {_show(value)}"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise PlanError(field_name, problem)
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise PlanError(field_name, problem)
+    steps = int(value)
+    if steps < 1:
+        raise PlanError(field_name, problem)
+    return steps
+
+
+def _name(field_name: str, value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise PlanError(field_name, f"must be a string, got {_show(value)}")
+    return value
+
+
+def _noise(field_name: str, value: Any) -> str:
+    if not isinstance(value, str) or value not in NOISE_PARAMETERS:
+        allowed = " or ".join(f'"{noise}"' for noise in NOISE_PARAMETERS)
+        raise PlanError(field_name, f"must be {allowed}, got {_show(value)}")
+    return value
+
+
+# --------------------------------------------------------------------------- data
+
+
+@dataclass(frozen=True)
+class Phase:
+    """``steps`` releases of one noise mechanism, each on a Poisson subsample of rate ``sampling_rate``.
+
+    ``parameter`` is the noise parameter of the family: the ``noise_multiplier`` for
+    ``noise="gaussian"`` (noise std / L2 sensitivity) or the Laplace ``scale`` for
+    ``noise="laplace"``.  Values are checked and normalised (floats, integer steps).
+    """
+
+    noise: str
+    parameter: float
+    sampling_rate: float = 1.0
+    steps: int = 1
+    sensitivity: float = 1.0
+    name: str | None = None
+
+    def __post_init__(self) -> None:
+        noise = _noise("noise", self.noise)
+        object.__setattr__(self, "parameter", _positive(NOISE_PARAMETERS[noise], self.parameter))
+        object.__setattr__(self, "sampling_rate", _sampling_rate("sampling_rate", self.sampling_rate))
+        object.__setattr__(self, "steps", _steps("steps", self.steps))
+        object.__setattr__(self, "sensitivity", _positive("sensitivity", self.sensitivity))
+        _name("name", self.name)
+
+    @property
+    def parameter_name(self) -> str:
+        """``"noise_multiplier"`` for a Gaussian phase, ``"scale"`` for a Laplace phase."""
+        return NOISE_PARAMETERS[self.noise]
+
+    def mechanism(self) -> Gaussian | Laplace:
+        """The single-step mechanism (without subsampling)."""
+        if self.noise == "gaussian":
+            return Gaussian(self.parameter, self.sensitivity)
+        return Laplace(self.parameter, self.sensitivity)
+
+    def description(self) -> Composed:
+        """``steps`` compositions of the (Poisson-subsampled when the rate is < 1) mechanism."""
+        mechanism = self.mechanism()
+        step = PoissonSampled(mechanism, self.sampling_rate) if self.sampling_rate < 1.0 else mechanism
+        return Composed([(step, self.steps)])
+
+    def label(self, index: int) -> str:
+        """The phase's name, or ``phases[index]`` when it has none."""
+        return self.name if self.name else f"phases[{index}]"
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A training plan: the ``delta`` to account at, the phases in order and an optional budget."""
+
+    delta: float
+    phases: tuple[Phase, ...]
+    budget_epsilon: float | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "delta", _delta("delta", self.delta))
+        phases = tuple(self.phases) if isinstance(self.phases, (list, tuple)) else self.phases
+        if not isinstance(phases, tuple):
+            raise PlanError("phases", f"must be a sequence of Phase, got {type(self.phases).__name__}")
+        if not phases:
+            raise PlanError("phases", "at least one phase is required")
+        for index, phase in enumerate(phases):
+            if not isinstance(phase, Phase):
+                raise PlanError(f"phases[{index}]", f"must be a Phase, got {type(phase).__name__}")
+        object.__setattr__(self, "phases", phases)
+        if self.budget_epsilon is not None:
+            object.__setattr__(self, "budget_epsilon", _non_negative("budget.epsilon", self.budget_epsilon))
+
+    def description(self, upto: int | None = None) -> Composed:
+        """Composition of the first ``upto`` phases (all phases when ``upto`` is None)."""
+        count = len(self.phases) if upto is None else upto
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(self.phases):
+            raise ValueError(f"upto must be an integer in [1, {len(self.phases)}], got {upto!r}")
+        parts = [part for phase in self.phases[:count] for part in phase.description().parts]
+        return Composed(parts)
+
+
+# --------------------------------------------------------------------------- parsing
+
+
+def _reject_unknown_keys(where: str, table: Mapping[str, Any], allowed: tuple[str, ...]) -> None:
+    """Raise naming the first key of ``table`` not in ``allowed`` (with a spelling suggestion)."""
+    for key in table:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.8)
+        if close:
+            suggestion = f" (did you mean {close[0]!r}?)"
+        else:
+            suggestion = f" (allowed: {', '.join(allowed)})"
+        kind = "key" if where else "top-level key"
+        raise PlanError(where, f"unknown {kind} {key!r}{suggestion}")
+
+
+def _required(where: str, table: Mapping[str, Any], key: str, why: str = "") -> Any:
+    if key not in table:
+        raise PlanError(f"{where}.{key}" if where else key, f"missing{why}")
+    return table[key]
+
+
+def _parse_phase(index: int, table: Any) -> Phase:
+    where = f"phases[{index}]"
+    if not isinstance(table, Mapping):
+        raise PlanError(where, f"must be a table ([[phases]]), got {_show(table)}")
+    noise = _noise(f"{where}.noise", _required(where, table, "noise", ' (one of "gaussian", "laplace")'))
+    parameter_name = NOISE_PARAMETERS[noise]
+    for other_noise, other_parameter in NOISE_PARAMETERS.items():
+        if other_noise != noise and other_parameter in table:
+            raise PlanError(
+                where,
+                f"key {other_parameter!r} does not apply to a {noise} phase "
+                f"(a {noise} phase takes {parameter_name!r}; {other_parameter!r} is for {other_noise})",
+            )
+    _reject_unknown_keys(where, table, _PHASE_COMMON_KEYS + (parameter_name,))
+    parameter = _required(where, table, parameter_name, f" (required for a {noise} phase)")
+    steps = _required(where, table, "steps")
+    try:
+        return Phase(
+            noise=noise,
+            parameter=parameter,
+            sampling_rate=table.get("sampling_rate", 1.0),
+            steps=steps,
+            sensitivity=table.get("sensitivity", 1.0),
+            name=table.get("name"),
+        )
+    except PlanError as error:
+        raise error.at(where) from None
+
+
+def _parse_budget(budget: Any) -> float:
+    if not isinstance(budget, Mapping):
+        raise PlanError("budget", f"must be a table ([budget]), got {_show(budget)}")
+    _reject_unknown_keys("budget", budget, _BUDGET_KEYS)
+    return _non_negative("budget.epsilon", _required("budget", budget, "epsilon"))
+
+
+def _parse_document(document: Mapping[str, Any]) -> Plan:
+    _reject_unknown_keys("", document, _TOP_LEVEL_KEYS)
+    delta = _delta("delta", _required("", document, "delta", " (a number in (0, 1))"))
+    budget = _parse_budget(document["budget"]) if "budget" in document else None
+    phases = document.get("phases")
+    if phases is None or (isinstance(phases, list) and not phases):
+        raise PlanError("phases", "at least one phase is required ([[phases]] tables)")
+    if not isinstance(phases, list):
+        raise PlanError("phases", f"must be an array of tables ([[phases]]), got {_show(phases)}")
+    return Plan(delta=delta, phases=tuple(_parse_phase(i, t) for i, t in enumerate(phases)), budget_epsilon=budget)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def parse_plan(text: str, source: str = _DEFAULT_SOURCE) -> Plan:
+    """Parse a plan from TOML ``text``; errors name ``source`` (unless it is the default)."""
+    location = None if source == _DEFAULT_SOURCE else source
+    try:
+        document = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as error:
+        raise PlanError("", f"not valid TOML: {_one_line(error)}", location) from None
+    except TypeError:
+        raise PlanError("", f"plan text must be a string, got {type(text).__name__}", location) from None
+    try:
+        return _parse_document(document)
+    except PlanError as error:
+        raise error.located(location) if location else error from None
+
+
+def load_plan(path: str | os.PathLike[str]) -> Plan:
+    """Read and parse the plan file at ``path`` (UTF-8 TOML)."""
+    source = os.fspath(path)
+    try:
+        with open(source, "rb") as handle:
+            raw = handle.read()
+    except OSError as error:
+        raise PlanError("", f"cannot read plan file: {error.strerror or error}", source) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PlanError("", "not valid TOML: the file is not UTF-8 text", source) from None
+    return parse_plan(text, source=source)
+
+
+# --------------------------------------------------------------------------- writing
+
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string (control characters and DEL escaped)."""
+    escapes = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+    out = []
+    for char in text:
+        if char in escapes:
+            out.append(escapes[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_float(value: float) -> str:
+    """``repr`` of a finite float is a valid TOML float that reads back exactly."""
+    return repr(float(value))
+
+
+def plan_to_toml(plan: Plan) -> str:
+    """The plan as TOML text; ``parse_plan(plan_to_toml(plan)) == plan``."""
+    lines = ["# dpforge training plan", f"delta = {_toml_float(plan.delta)}"]
+    if plan.budget_epsilon is not None:
+        lines += ["", "[budget]", f"epsilon = {_toml_float(plan.budget_epsilon)}"]
+    for phase in plan.phases:
+        lines += ["", "[[phases]]"]
+        if phase.name is not None:
+            lines.append(f"name = {_toml_string(phase.name)}")
+        lines += [
+            f"noise = {_toml_string(phase.noise)}",
+            f"{phase.parameter_name} = {_toml_float(phase.parameter)}",
+            f"sampling_rate = {_toml_float(phase.sampling_rate)}",
+            f"steps = {int(phase.steps)}",
+            f"sensitivity = {_toml_float(phase.sensitivity)}",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    """Write ``plan`` as TOML (UTF-8) to ``path``."""
+    with open(os.fspath(path), "w", encoding="utf-8") as handle:
+        handle.write(plan_to_toml(plan))
+
+
+# --------------------------------------------------------------------------- verification
+
+
+@dataclass(frozen=True)
+class PhaseCheck:
+    """Cumulative certified bounds on epsilon after the phases up to and including ``index``."""
+
+    index: int
+    label: str
+    steps: int
+    epsilon_upper: float
+    epsilon_lower: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "phase": self.label,
+            "index": self.index,
+            "steps": self.steps,
+            "epsilon": self.epsilon_upper,
+            "epsilon_lower": self.epsilon_lower,
+        }
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """Result of :func:`verify_plan`.
+
+    ``epsilon_upper`` is the certified upper bound on the whole plan's epsilon at
+    ``delta``; ``within_budget`` is ``epsilon_upper <= budget_epsilon`` (None without a
+    budget).
+    """
+
+    delta: float
+    budget_epsilon: float | None
+    phases: tuple[PhaseCheck, ...]
+    epsilon_upper: float
+    epsilon_lower: float
+    within_budget: bool | None
+    engine: str = "prv"
+    accuracy: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def epsilon(self) -> float:
+        """The certified upper bound (what the budget is checked against)."""
+        return self.epsilon_upper
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "epsilon": self.epsilon_upper,
+            "epsilon_lower": self.epsilon_lower,
+            "delta": self.delta,
+            "budget": self.budget_epsilon,
+            "within_budget": self.within_budget,
+            "engine": self.engine,
+            "accuracy": dict(self.accuracy),
+            "phases": [check.to_dict() for check in self.phases],
+        }
+
+
+def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
+    """Account the plan phase by phase and check it against its budget.
+
+    Row k holds certified bounds on epsilon(delta) of the composition of phases 0..k
+    (``epsilon(plan.description(upto=k+1), plan.delta)``).  The rows report the running
+    maximum of each bound, so they never decrease even where two grids differ by less
+    than the accuracy; this stays certified: anything above a certified upper bound is
+    one, and composition only adds privacy loss, so a lower bound for a shorter prefix
+    is also one for every longer prefix.
+    """
+    checks: list[PhaseCheck] = []
+    upper = lower = 0.0
+    for index, phase in enumerate(plan.phases):
+        result = account_epsilon(plan.description(upto=index + 1), plan.delta, relative_accuracy=relative_accuracy)
+        upper, lower = max(upper, result.upper), max(lower, result.lower)
+        checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower))
+    within = None if plan.budget_epsilon is None else upper <= plan.budget_epsilon
+    return VerifyReport(
+        delta=plan.delta,
+        budget_epsilon=plan.budget_epsilon,
+        phases=tuple(checks),
+        epsilon_upper=upper,
+        epsilon_lower=lower,
+        within_budget=within,
+        engine=result.engine,
+        accuracy={"relative_accuracy": relative_accuracy},
+    )

@@ -1,0 +1,313 @@
+"""The ``dpforge`` command: JSON output, verify exit codes, one-line errors with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dpforge.cli.main import main
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "plans"
+
+GAUSSIAN = ["--noise-multiplier", "1.1", "--sampling-rate", "0.01", "--steps", "100"]
+LAPLACE = ["--noise", "laplace", "--scale", "2", "--sampling-rate", "0.01", "--steps", "50"]
+
+PLAN_WITHIN = """
+delta = 1e-5
+[budget]
+epsilon = 8.0
+[[phases]]
+name = "warmup"
+noise = "gaussian"
+noise_multiplier = 1.1
+sampling_rate = 0.01
+steps = 100
+[[phases]]
+noise = "laplace"
+scale = 2.0
+sampling_rate = 0.01
+steps = 50
+"""
+
+
+def run_json(capsys, *argv: str) -> dict:
+    """Run ``main`` in-process with ``--json``; exit code 0 and exactly one JSON object."""
+    code = main([*argv, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert err == ""
+    return json.loads(out)
+
+
+def run_error(capsys, *argv: str) -> str:
+    """Run ``main`` in-process expecting a usage error: exit code 2, one line on stderr."""
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    assert code == 2, (out, err)
+    assert out == ""
+    lines = err.splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("dpforge: error: ")
+    assert "Traceback" not in err
+    return lines[0]
+
+
+def run_module(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "dpforge.cli.main", *argv], capture_output=True, text=True, timeout=120
+    )
+
+
+def write(tmp_path: Path, text: str, name: str = "plan.toml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+# --------------------------------------------------------------------------- results
+
+
+@pytest.mark.parametrize("mechanism", [GAUSSIAN, LAPLACE], ids=["gaussian", "laplace"])
+def test_epsilon_json(capsys, mechanism):
+    data = run_json(capsys, "epsilon", *mechanism, "--delta", "1e-5")
+    for key in ("epsilon", "lower", "upper", "estimate", "delta", "engine"):
+        assert key in data
+    assert data["epsilon"] == data["upper"]
+    assert 0 < data["lower"] <= data["estimate"] <= data["upper"]
+    assert data["delta"] == 1e-5 and data["engine"] == "prv"
+
+
+def test_epsilon_human_table(capsys):
+    assert main(["epsilon", *GAUSSIAN, "--delta", "1e-5"]) == 0
+    out, err = capsys.readouterr()
+    assert err == ""
+    labels = [line.rsplit(None, 1)[0].strip() for line in out.splitlines()]
+    for label in ("epsilon (upper)", "lower", "estimate", "delta", "engine", "grid step"):
+        assert label in labels
+    assert any(line.split() == ["engine", "prv"] for line in out.splitlines())
+
+
+def test_epsilon_of_a_plan_file_uses_the_plan_delta(capsys, tmp_path):
+    plan = write(tmp_path, PLAN_WITHIN)
+    data = run_json(capsys, "epsilon", "--plan", plan)
+    assert data["delta"] == 1e-5 and data["epsilon"] == data["upper"]
+    other = run_json(capsys, "epsilon", "--plan", plan, "--delta", "1e-3")
+    assert other["delta"] == 1e-3 and other["upper"] < data["upper"]
+
+
+def test_delta_json(capsys):
+    data = run_json(capsys, "delta", *GAUSSIAN, "--epsilon", "0.5")
+    for key in ("delta", "lower", "upper", "epsilon", "engine"):
+        assert key in data
+    assert data["delta"] == data["upper"]
+    assert 0 <= data["lower"] <= data["upper"] < 1
+    assert data["epsilon"] == 0.5
+    # epsilon = 0 is allowed (delta is then the total variation distance)
+    assert run_json(capsys, "delta", *LAPLACE, "--epsilon", "0")["upper"] > 0
+
+
+def test_epsilon_and_delta_are_consistent(capsys):
+    eps = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5")
+    dlt = run_json(capsys, "delta", *GAUSSIAN, "--epsilon", repr(eps["upper"]))
+    assert dlt["upper"] <= 1e-5 * 1.01
+
+
+def test_calibrate_gaussian_json(capsys):
+    data = run_json(capsys, "calibrate", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "200")
+    for key in ("noise_multiplier", "epsilon", "target_epsilon", "delta"):
+        assert key in data
+    assert data["noise_multiplier"] > 0
+    assert data["target_epsilon"] * (1 - 2e-3) <= data["epsilon"] <= data["target_epsilon"] == 1.0
+    check = run_json(capsys, "epsilon", "--noise-multiplier", repr(data["noise_multiplier"]), "--sampling-rate", "0.01", "--steps", "200", "--delta", "1e-5")
+    assert check["lower"] <= 1.0
+
+
+def test_calibrate_laplace_json(capsys):
+    data = run_json(capsys, "calibrate", "--noise", "laplace", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "50")
+    assert "scale" in data and "noise_multiplier" not in data
+    assert data["scale"] > 0 and data["epsilon"] <= 1.0
+
+
+def test_calibrate_human_table(capsys):
+    assert main(["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--steps", "10"]) == 0
+    out, _ = capsys.readouterr()
+    assert "noise_multiplier" in out and "epsilon (certified upper)" in out
+
+
+# --------------------------------------------------------------------------- verify
+
+
+def test_verify_exit_codes_in_process(capsys, tmp_path):
+    within = write(tmp_path, PLAN_WITHIN, "within.toml")
+    assert main(["verify", within]) == 0
+    out, err = capsys.readouterr()
+    assert "warmup" in out and "phases[1]" in out and "WITHIN BUDGET" in out and err == ""
+
+    over = write(tmp_path, PLAN_WITHIN.replace("epsilon = 8.0", "epsilon = 0.05"), "over.toml")
+    assert main(["verify", "--plan", over]) == 1
+    out, err = capsys.readouterr()
+    assert "OVER BUDGET" in out and err == ""
+
+    no_budget = write(tmp_path, PLAN_WITHIN.replace("[budget]\nepsilon = 8.0\n", ""), "free.toml")
+    assert main(["verify", no_budget]) == 0
+    capsys.readouterr()
+    # --budget overrides the plan's budget
+    assert main(["verify", within, "--budget", "0.05"]) == 1
+    capsys.readouterr()
+    assert main(["verify", over, "--budget", "100"]) == 0
+    capsys.readouterr()
+
+    invalid = write(tmp_path, PLAN_WITHIN.replace("steps = 50", "steps = 2.5"), "invalid.toml")
+    message = run_error(capsys, "verify", invalid)
+    assert "invalid.toml" in message and "phases[1].steps" in message
+
+
+def test_verify_json(capsys, tmp_path):
+    within = write(tmp_path, PLAN_WITHIN)
+    data = run_json(capsys, "verify", within)
+    for key in ("epsilon", "budget", "within_budget", "phases"):
+        assert key in data
+    assert data["budget"] == 8.0 and data["within_budget"] is True
+    assert [phase["phase"] for phase in data["phases"]] == ["warmup", "phases[1]"]
+    epsilons = [phase["epsilon"] for phase in data["phases"]]
+    assert epsilons == sorted(epsilons) and epsilons[-1] == data["epsilon"]
+    over = write(tmp_path, PLAN_WITHIN.replace("epsilon = 8.0", "epsilon = 0.05"), "over.toml")
+    assert main(["verify", over, "--json"]) == 1
+    out, _ = capsys.readouterr()
+    assert json.loads(out)["within_budget"] is False
+
+
+def test_verify_example_plans_through_the_module():
+    within = run_module("verify", str(EXAMPLES / "within_budget.toml"))
+    assert within.returncode == 0, within.stderr
+    assert "WITHIN BUDGET" in within.stdout
+    over = run_module("verify", str(EXAMPLES / "over_budget.toml"), "--json")
+    assert over.returncode == 1, over.stderr
+    assert json.loads(over.stdout)["within_budget"] is False
+
+
+def test_errors_through_the_module_are_one_line_without_traceback(tmp_path):
+    not_toml = write(tmp_path, "delta = = 1\n[[phases\n", "broken.toml")
+    cases = [
+        (["verify", not_toml], ["broken.toml", "not valid TOML"]),
+        (["epsilon", "--noise-multiplier", "nan", "--delta", "1e-5"], ["--noise-multiplier", "finite"]),
+        (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1.5", "--delta", "1e-5"], ["--sampling-rate must be in (0, 1], got 1.5"]),
+    ]
+    for argv, fragments in cases:
+        result = run_module(*argv)
+        assert result.returncode == 2, (argv, result.stderr)
+        assert result.stdout == ""
+        assert "Traceback" not in result.stderr
+        lines = result.stderr.splitlines()
+        assert len(lines) == 1, result.stderr
+        for fragment in fragments:
+            assert fragment in lines[0]
+
+
+# --------------------------------------------------------------------------- bad input
+
+BAD_FLAGS = [
+    (["epsilon", "--noise-multiplier", "0", "--delta", "1e-5"], ["--noise-multiplier", "> 0"]),
+    (["epsilon", "--noise-multiplier", "-1", "--delta", "1e-5"], ["--noise-multiplier", "> 0"]),
+    (["epsilon", "--noise-multiplier", "nan", "--delta", "1e-5"], ["--noise-multiplier", "nan"]),
+    (["epsilon", "--noise-multiplier", "inf", "--delta", "1e-5"], ["--noise-multiplier", "inf"]),
+    (["epsilon", "--noise-multiplier", "-inf", "--delta", "1e-5"], ["--noise-multiplier"]),
+    (["epsilon", "--noise-multiplier", "abc", "--delta", "1e-5"], ["--noise-multiplier must be a finite number > 0, got 'abc'"]),
+    (["epsilon", "--noise", "laplace", "--scale", "0", "--delta", "1e-5"], ["--scale", "> 0"]),
+    (["epsilon", "--noise", "laplace", "--scale", "-2", "--delta", "1e-5"], ["--scale", "> 0"]),
+    (["epsilon", "--noise", "laplace", "--scale", "nan", "--delta", "1e-5"], ["--scale"]),
+    (["epsilon", "--noise", "laplace", "--scale", "inf", "--delta", "1e-5"], ["--scale"]),
+    (["epsilon", "--noise", "laplace", "--delta", "1e-5"], ["--scale is required"]),
+    (["epsilon", "--delta", "1e-5"], ["--noise-multiplier is required"]),
+    (["epsilon", "--noise-multiplier", "1", "--scale", "2", "--delta", "1e-5"], ["--scale", "laplace"]),
+    (["epsilon", "--noise", "laplace", "--scale", "2", "--noise-multiplier", "1", "--delta", "1e-5"], ["--noise-multiplier", "gaussian"]),
+    (["epsilon", "--noise", "cauchy", "--delta", "1e-5"], ["--noise", "cauchy", "gaussian", "laplace"]),
+    (["epsilon", "--noise-multiplier", "1", "--sensitivity", "0", "--delta", "1e-5"], ["--sensitivity", "> 0"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1.5", "--delta", "1e-5"], ["--sampling-rate must be in (0, 1], got 1.5"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "0", "--delta", "1e-5"], ["--sampling-rate", "(0, 1]"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "-0.5", "--delta", "1e-5"], ["--sampling-rate", "(0, 1]"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "nan", "--delta", "1e-5"], ["--sampling-rate"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "0", "--delta", "1e-5"], ["--steps", "integer >= 1"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "-3", "--delta", "1e-5"], ["--steps", "integer >= 1"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "2.5", "--delta", "1e-5"], ["--steps", "integer >= 1", "2.5"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "ten", "--delta", "1e-5"], ["--steps"]),
+    (["epsilon", "--noise-multiplier", "1"], ["--delta is required", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "0"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1.5"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "-1e-5"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "nan"], ["--delta"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--relative-accuracy", "0"], ["--relative-accuracy"]),
+    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--relative-accuracy", "2"], ["--relative-accuracy", "(0, 1)"]),
+    (["delta", "--noise-multiplier", "1"], ["--epsilon is required", ">= 0"]),
+    (["delta", "--noise-multiplier", "1", "--epsilon", "-1"], ["--epsilon", ">= 0"]),
+    (["delta", "--noise-multiplier", "1", "--epsilon", "inf"], ["--epsilon", "finite"]),
+    (["delta", "--noise-multiplier", "1", "--epsilon", "nan"], ["--epsilon"]),
+    (["calibrate", "--delta", "1e-5"], ["--target-epsilon is required"]),
+    (["calibrate", "--target-epsilon", "1"], ["--delta is required"]),
+    (["calibrate", "--target-epsilon", "0", "--delta", "1e-5"], ["--target-epsilon", "> 0"]),
+    (["calibrate", "--target-epsilon", "-1", "--delta", "1e-5"], ["--target-epsilon", "> 0"]),
+    (["calibrate", "--target-epsilon", "nan", "--delta", "1e-5"], ["--target-epsilon"]),
+    (["calibrate", "--target-epsilon", "1", "--delta", "2"], ["--delta", "(0, 1)"]),
+    (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1.5"], ["--sampling-rate", "(0, 1]"]),
+    (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--steps", "2.5"], ["--steps", "integer >= 1"]),
+    (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--noise-multiplier", "1"], ["unrecognized arguments", "--noise-multiplier"]),
+    (["calibrate", "--target-epsilon", "1e-6", "--delta", "1e-5", "--steps", "10"], ["target_epsilon", "not reachable", "noise_multiplier"]),
+    (["verify"], ["plan file is required"]),
+    ([], ["required"]),
+    (["frobnicate"], ["frobnicate"]),
+]
+
+
+@pytest.mark.parametrize("argv, fragments", BAD_FLAGS, ids=[" ".join(argv) for argv, _ in BAD_FLAGS])
+def test_bad_flags_are_one_line_errors_with_exit_code_2(capsys, argv, fragments):
+    message = run_error(capsys, *argv)
+    for fragment in fragments:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+BAD_PLANS = [
+    ("not toml [[[", ["not valid TOML"]),
+    (PLAN_WITHIN.replace("noise_multiplier = 1.1", "noise_multipler = 1.1"), ["phases[0]", "unknown key 'noise_multipler'"]),
+    (PLAN_WITHIN.replace("delta = 1e-5", "delta = 1e-5\nseed = 1"), ["unknown top-level key 'seed'"]),
+    (PLAN_WITHIN.replace("delta = 1e-5", ""), ["delta: missing"]),
+    (PLAN_WITHIN.replace("delta = 1e-5", "delta = 2"), ["delta", "(0, 1)"]),
+    (PLAN_WITHIN.replace("noise_multiplier = 1.1", 'noise_multiplier = "1.1"'), ["phases[0].noise_multiplier", "number"]),
+    (PLAN_WITHIN.replace("noise_multiplier = 1.1", "noise_multiplier = -1"), ["phases[0].noise_multiplier", "> 0"]),
+    (PLAN_WITHIN.replace("steps = 100", "steps = 10.5"), ["phases[0].steps", "integer"]),
+    (PLAN_WITHIN.replace('noise = "laplace"', 'noise = "cauchy"'), ["phases[1].noise", '"cauchy"']),
+    (PLAN_WITHIN.replace("sampling_rate = 0.01\nsteps = 50", "sampling_rate = 1.5\nsteps = 50"), ["phases[1].sampling_rate", "(0, 1]"]),
+    (PLAN_WITHIN.replace("scale = 2.0", "scale = 2.0\nnoise_multiplier = 1.0"), ["phases[1]", "'noise_multiplier'"]),
+    (PLAN_WITHIN.replace("epsilon = 8.0", "epsilon = -8.0"), ["budget.epsilon", ">= 0"]),
+    ("delta = 1e-5\n[budget]\nepsilon = 1.0\n", ["phases", "at least one phase is required"]),
+    ("delta = 1e-5\nphases = []\n", ["phases", "at least one phase is required"]),
+]
+
+
+@pytest.mark.parametrize("text, fragments", BAD_PLANS, ids=[str(i) for i in range(len(BAD_PLANS))])
+def test_invalid_plans_exit_2_for_verify_and_epsilon(capsys, tmp_path, text, fragments):
+    plan = write(tmp_path, text)
+    for argv in (["verify", plan], ["verify", "--plan", plan, "--json"], ["epsilon", "--plan", plan], ["delta", "--plan", plan, "--epsilon", "1"]):
+        message = run_error(capsys, *argv)
+        assert "plan.toml" in message
+        for fragment in fragments:
+            assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_plan_problems_outside_the_file(capsys, tmp_path):
+    assert "cannot read" in run_error(capsys, "verify", str(tmp_path / "absent.toml"))
+    plan = write(tmp_path, PLAN_WITHIN)
+    assert "--plan cannot be combined with --steps" in run_error(capsys, "epsilon", "--plan", plan, "--steps", "3")
+    assert "--budget" in run_error(capsys, "verify", plan, "--budget", "-1")
+    assert "once" in run_error(capsys, "verify", plan, "--plan", str(tmp_path / "other.toml"))
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert "verify" in capsys.readouterr().out
+    assert main(["verify", "--help"]) == 0
+    capsys.readouterr()
