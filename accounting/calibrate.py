@@ -142,8 +142,8 @@ def calibrate(
         factor = min(factor * 2.0, 16.0)
     # 2. Illinois regula falsi on log(eps) - log(aim) versus log(parameter)
     xa, xb = math.log(too_little), math.log(enough)
-    fa = math.log(evaluate(too_little)) - math.log(aim)
-    fb = math.log(evaluate(enough)) - math.log(aim)
+    fa = _log(evaluate(too_little)) - math.log(aim)
+    fb = _log(evaluate(enough)) - math.log(aim)
     side = 0
     for _ in range(60):
         x = xb - fb * (xb - xa) / (fb - fa) if fb != fa else 0.5 * (xa + xb)
@@ -153,9 +153,7 @@ def calibrate(
         v = evaluate(parameter)
         if floor <= v <= target_epsilon:
             return accept(parameter)
-        fx = math.log(v) - math.log(aim) if v > 0 else -math.inf
-        if not math.isfinite(fx):
-            fx = -1e3
+        fx = _log(v) - math.log(aim)
         if fx > 0:  # too little noise: replaces the `too_little` end
             xa, fa = x, fx
             if side == -1:
@@ -170,6 +168,12 @@ def calibrate(
             break
     # the grid makes eps(parameter) piecewise smooth; fall back to the safe end
     return accept(math.exp(xb))
+
+
+def _log(value: float) -> float:
+    """log for the root finder; a certified epsilon of 0 (enough noise to reach
+    delta = 0 at eps = 0) maps to a large negative number instead of failing."""
+    return math.log(value) if value > 1e-300 else -700.0
 
 
 def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:

@@ -45,6 +45,8 @@ from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
 
 _U = np.finfo(float).eps / 2
+#: largest per-step privacy loss the engine discretises (e^{-L} must stay representable)
+MAX_LOSS = 600.0
 
 
 @dataclass(frozen=True)
@@ -293,8 +295,17 @@ class Truncation:
 
 @functools.lru_cache(maxsize=4096)
 def truncation(loss: PrivacyLoss, tail: float) -> Truncation:
-    """Range outside which the loss has at most ``tail`` mass on each side (cached)."""
-    return Truncation(loss.lower_quantile(tail), loss.upper_quantile(tail))
+    """Range outside which the loss has at most ``tail`` mass on each side (cached).
+
+    Raises ``ValueError`` when one step's loss reaches beyond ``MAX_LOSS`` nats."""
+    cut = Truncation(loss.lower_quantile(tail), loss.upper_quantile(tail))
+    if max(abs(cut.low), abs(cut.high)) > MAX_LOSS:
+        raise ValueError(
+            f"one step's privacy loss exceeds {MAX_LOSS:g} nats with probability above {tail:.1e} "
+            f"(epsilon of hundreds or more); the prv engine supports per-step losses up to {MAX_LOSS:g}: "
+            "add noise (a larger noise_multiplier or scale)"
+        )
+    return cut
 
 
 def directions_for(components: Sequence[Component]) -> tuple[Direction, ...]:
