@@ -187,6 +187,7 @@ def build_workloads() -> list[Workload]:
 
 
 WORKLOADS = {w.name: w for w in build_workloads()}
+WARMUP = _gaussian("warm-up", 0.01, 1.0, 10)  # tiny untimed call made once per process and tool
 
 
 # --------------------------------------------------------------------------------------
@@ -466,13 +467,26 @@ class Tool:
     epsilon: Callable[[Workload], Outcome]
     calibrate: Callable[[Workload], Outcome]
     epsilon_at: Callable[[Workload, float], float] | None = None  # untimed calibration check
-    warmup: Callable[[], None] | None = None
+    warmup: Callable[[], None] | None = None  # default: one untimed call on WARMUP
     slow: frozenset[str] = frozenset()  # workloads skipped under --quick
 
     def run(self, workload: Workload) -> Outcome:
         if workload.kind == "calibration":
             return self.calibrate(workload)
         return self.epsilon(workload)
+
+    def warm_up(self) -> None:
+        """Untimed: imports, numba compilation and first-call caches stay out of the timings."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            importlib.import_module(self.module)
+            if self.warmup is not None:
+                self.warmup()
+                return
+            try:
+                self.run(WARMUP)
+            except Exception:  # noqa: BLE001 - a failing tool reports itself in its own cells
+                pass
 
 
 TOOLS: dict[str, Tool] = {
@@ -486,11 +500,11 @@ TOOLS: dict[str, Tool] = {
              epsilon_at=pld_epsilon_at, slow=frozenset({"S2"})),
         Tool("dp-acc RDP", "dp_accounting", "dp-accounting", rdp_epsilon, rdp_calibrate,
              epsilon_at=rdp_epsilon_at, slow=frozenset({"S2"})),
-        Tool("opacus RDP", "opacus", "opacus", opacus_rdp_epsilon, opacus_rdp_calibrate,
+        Tool("opacus RDP", "opacus.accountants", "opacus", opacus_rdp_epsilon, opacus_rdp_calibrate,
              epsilon_at=opacus_rdp_epsilon_at, slow=frozenset({"S2"})),
-        Tool("opacus PRV", "opacus", "opacus", opacus_prv_epsilon, opacus_prv_calibrate,
+        Tool("opacus PRV", "opacus.accountants", "opacus", opacus_prv_epsilon, opacus_prv_calibrate,
              epsilon_at=opacus_prv_epsilon_at, slow=frozenset({"S1", "S2"})),
-        Tool("autodp", "autodp", "autodp", autodp_epsilon, autodp_calibrate, slow=frozenset({"S1", "S2"})),
+        Tool("autodp", "autodp.transformer_zoo", "autodp", autodp_epsilon, autodp_calibrate, slow=frozenset({"S1", "S2"})),
     )
 }
 
@@ -513,9 +527,42 @@ def availability(tool: Tool) -> str | None:
 # --------------------------------------------------------------------------------------
 
 
-def _rss_mb() -> float:
-    """High-water resident set size of this process in MiB (ru_maxrss: KiB on Linux, bytes on macOS)."""
-    value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def _proc_status_mb(field_name: str) -> float | None:
+    """A memory line of /proc/self/status (Linux) in MiB, or None elsewhere."""
+    try:
+        for text in Path("/proc/self/status").read_text().splitlines():
+            if text.startswith(field_name + ":"):
+                return int(text.split()[1]) / 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak-RSS mark (Linux: clear_refs 5); False when unsupported."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def _current_rss_mb() -> float:
+    current = _proc_status_mb("VmRSS")
+    return current if current is not None else _peak_rss_mb()
+
+
+def _peak_rss_mb() -> float:
+    """Peak resident memory of this process in MiB.
+
+    VmHWM belongs to the process's own address space.  ru_maxrss is only the fallback:
+    on Linux it also keeps the parent's RSS at the moment of the fork that preceded the
+    spawn's exec, which would report the benchmark driver's memory, not the child's.
+    """
+    peak = _proc_status_mb("VmHWM")
+    if peak is not None:
+        return peak
+    value = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux, bytes on macOS
     return value / 2**20 if sys.platform == "darwin" else value / 1024
 
 
@@ -553,12 +600,13 @@ def _child_entry(connection, tool_key: str, workload_name: str, repeats: int) ->
     """Child process: warm up, then time each call, sending one message per event."""
     try:
         tool, workload = TOOLS[tool_key], WORKLOADS[workload_name]
-        if tool.warmup is not None:
-            tool.warmup()
-        connection.send(("ready", _rss_mb()))
+        tool.warm_up()
+        baseline = _current_rss_mb()
+        _reset_peak_rss()
+        connection.send(("ready", baseline))
         for _ in range(repeats):
             elapsed, outcome = _timed(tool, workload)
-            connection.send(("call", elapsed, asdict(outcome), _rss_mb()))
+            connection.send(("call", elapsed, asdict(outcome), _peak_rss_mb()))
         connection.send(("done",))
     except NotApplicable as error:
         connection.send(("n/a", str(error)))
@@ -571,9 +619,9 @@ def _child_entry(connection, tool_key: str, workload_name: str, repeats: int) ->
 def measure_isolated(tool: Tool, workload: Workload, repeats: int, timeout: float) -> Measurement:
     """Run the calls in a fresh child process; each call gets ``timeout`` seconds.
 
-    The child reports its high-water RSS after imports and warm-up and after each call,
-    so ``peak_rss_mb`` is the peak of the whole process and ``added_rss_mb`` what the
-    computation added on top of the interpreter, imports and warm-up.
+    After imports and warm-up the child records its resident memory and resets its peak
+    mark, so ``peak_rss_mb`` is the process's peak during the calls (interpreter and
+    imports included) and ``added_rss_mb`` what the calls added on top of that baseline.
     """
     measurement = Measurement(workload.name, tool.key, "ok", isolated=True)
     context = mp.get_context("spawn")  # no fork: numba / BLAS threads do not survive it
@@ -649,19 +697,22 @@ def calibration_checks(tool: Tool, workload: Workload, measurement: Measurement)
 
 def run_benchmarks(workloads: list[Workload], args: argparse.Namespace) -> list[Measurement]:
     available = {key: availability(tool) for key, tool in TOOLS.items()}
+    warmup_s: dict[str, float] = {}
     for key, tool in TOOLS.items():
-        if available[key] is None and tool.warmup is not None:
+        if available[key] is None:
             start = time.perf_counter()
-            tool.warmup()
-            print(f"[warm-up] {key}: {time.perf_counter() - start:.2f} s (not counted)", file=sys.stderr)
+            tool.warm_up()
+            warmup_s[key] = time.perf_counter() - start
+            print(f"[warm-up] {key}: {warmup_s[key]:.2f} s (not counted)", file=sys.stderr)
+    args.warmup_s = warmup_s
     results: list[Measurement] = []
     for workload in workloads:
         repeats = min(args.repeats, args.scale_repeats) if workload.heavy else args.repeats
         row: list[Measurement] = []
         for key, tool in TOOLS.items():
             if available[key] is not None:
-                status = "not installed" if available[key] == "not installed" else "error"
-                row.append(Measurement(workload.name, key, status, note="" if status != "error" else available[key]))
+                note = "" if available[key] == "not installed" else available[key]
+                row.append(Measurement(workload.name, key, "not installed", note=note))
                 continue
             if args.quick and workload.name in tool.slow:
                 row.append(Measurement(workload.name, key, "skipped", note="slow peer, skipped under --quick"))
@@ -709,7 +760,9 @@ def _duration(seconds: float | None) -> str:
 
 
 def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3g}x"
+    if value is None:
+        return "-"
+    return f"{value:.0f}x" if value >= 100 else f"{value:.3g}x"
 
 
 def _width(value: float | None) -> str:
@@ -718,7 +771,12 @@ def _width(value: float | None) -> str:
 
 def _note(measurement: Measurement) -> str:
     if measurement.status == "ok":
-        return measurement.note or str(measurement.details.get("kind", ""))
+        notes = [measurement.note or str(measurement.details.get("kind", ""))]
+        accuracy = measurement.details.get("accuracy") or {}
+        asked, achieved = accuracy.get("relative_accuracy"), accuracy.get("achieved")
+        if asked is not None and achieved is not None and achieved > asked:
+            notes.append(f"asked width {asked:g}, reached {achieved:.1e}")
+        return "; ".join(n for n in notes if n)
     return f"{measurement.status}: {measurement.note}" if measurement.note else measurement.status
 
 
@@ -823,7 +881,8 @@ def machine_info() -> dict[str, Any]:
     memory = None
     if hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
         memory = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    distributions = ["dpforge", "numpy", "scipy", "numba", "prv-accountant", "dp-accounting", "opacus", "torch", "autodp"]
+    peers = dict.fromkeys(tool.distribution for tool in TOOLS.values() if tool.key != "dpforge")
+    distributions = ["dpforge", "numpy", "scipy", "numba", *peers, "torch"]
     return {
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "platform": platform.platform(),
@@ -860,6 +919,7 @@ def write_json(path: Path, workloads: list[Workload], results: list[Measurement]
             "quick": args.quick,
             "timeout_s": args.timeout,
             "only": args.only,
+            "warmup_s": getattr(args, "warmup_s", {}),
             "prv_accountant": {"eps_error": PRV_EPS_ERROR, "delta_error": PRV_DELTA_ERROR},
             "dp_accounting_pld": {"value_discretization_interval": PLD_INTERVAL, "use_connect_dots": True},
             "dp_accounting_calibration": {"tol": PEER_CALIBRATION_TOL,
@@ -889,7 +949,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="cap on repeats for the scale workloads S1/S2 (default 1; they take minutes)")
     parser.add_argument("--quick", action="store_true", help="repeats=1 and skip the slowest peers")
     parser.add_argument("--only", default=None, help="comma-separated workloads, e.g. W1,W2,C1 (default: all)")
-    parser.add_argument("--timeout", type=float, default=600.0,
+    parser.add_argument("--timeout", type=float, default=300.0,
                         help="per-call timeout in seconds for S1/S2 (run in a child process)")
     parser.add_argument("--json-out", type=Path, default=DEFAULT_JSON, help=f"JSON output (default {DEFAULT_JSON})")
     args = parser.parse_args(argv)
