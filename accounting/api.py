@@ -8,6 +8,8 @@ from typing import Sequence
 
 from dpforge.accounting.prv import (
     _DIRECT_LIMIT,
+    _DIRECT_RESOLUTION,
+    bulk_spread,
     ComposedProfile,
     atom_aligned_step,
     compose,
@@ -98,6 +100,29 @@ def _check_description(description: Description) -> list[Component]:
         raise ValueError(f"description is not a dpforge mechanism description: {error}") from None
 
 
+def _narrowest_bulk(components: Sequence[Component], minimum_count: int = 8) -> float:
+    """Smallest robust one-step spread among components with at least ``minimum_count`` steps."""
+    narrowest = math.inf
+    for direction in directions_for(components):
+        for component in components:
+            if component.count >= minimum_count:
+                bulk = bulk_spread(component.privacy_loss_distribution(direction))
+                if bulk > 0:
+                    narrowest = min(narrowest, bulk)
+    return narrowest
+
+
+def _needs_stages(components: Sequence[Component], step: float, tail: float) -> bool:
+    """True when resolving every one-step law directly (about ``_DIRECT_RESOLUTION``
+    grid steps across its bulk) would need more than ``_DIRECT_LIMIT`` grid points."""
+    needed = min(step, _narrowest_bulk(components) / _DIRECT_RESOLUTION)
+    window = 0.0
+    for direction in directions_for(components):
+        mean, variance, width = loss_moments(components, direction, tail)
+        window = max(window, abs(mean) + 20.0 * math.sqrt(max(variance, 0.0)) + width)
+    return window / needed > _DIRECT_LIMIT
+
+
 def _refine(
     components: Sequence[Component],
     step: float,
@@ -108,22 +133,28 @@ def _refine(
 ) -> tuple[_Evaluation, int]:
     """Shrink the grid step until the bounds are as close as asked (width ~ c h^2).
 
-    When the next grid would exceed ``_DIRECT_LIMIT`` points, components whose one-step
-    law the grid cannot resolve are composed in chunks on finer grids instead
-    (``staged``), which lets the step stay coarse.
+    When resolving the one-step laws directly would need more than ``_DIRECT_LIMIT``
+    grid points, narrow components are composed in chunks on finer grids instead
+    (``staged``) at a step of about 1.5 bulk widths, and the result is returned as is:
+    the chunks' own grids set the width, and a finer final grid would only add chunks.
     """
-    staged = False
-    evaluation = _evaluate(components, step, tail)
+    staged = _needs_stages(components, step, tail)
+    if staged:
+        # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
+        step = max(step, 1.5 * _narrowest_bulk(components))
+    evaluation = _evaluate(components, step, tail, staged=staged)
     refinements = 0
     while refinements < max_refinements:
         width, scale = width_of(evaluation)
         if not (math.isfinite(width) and math.isfinite(scale)) or width <= relative_accuracy * scale:
             break
+        if staged:
+            break  # the chunks' own grids set the width; a finer final grid only adds chunks
         factor = math.sqrt(0.5 * relative_accuracy * scale / width) if width > 0 else 0.5
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
         grid = evaluation.grid_size * step / new_step
         if not staged and grid > _DIRECT_LIMIT:
-            staged, new_step = True, step
+            staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
         elif grid > MAX_GRID:
             break
         step = new_step

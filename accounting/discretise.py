@@ -169,7 +169,7 @@ def _cell_weights(m: np.ndarray, n: np.ndarray, grid: np.ndarray) -> tuple[np.nd
     return up, down
 
 
-def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 8) -> float:
+def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 24) -> float:
     """Grid offset in [0, step) for the optimistic measure.
 
     With atoms (Laplace, randomised response) the grid is put just below an atom, so
@@ -185,7 +185,8 @@ def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candi
         anchor = atoms[0]
         margin = 256.0 * np.finfo(float).eps * max(1.0, max(abs(a) for a in atoms)) + 1e-9 * step
         return float((anchor - margin) % step)
-    if loss.quantile(0.95) - loss.quantile(0.05) > 200.0 * step:
+    bulk_range = loss.quantile(0.95) - loss.quantile(0.05)
+    if bulk_range > 200.0 * step:
         return 0.0  # the grid resolves the law: the offset does not matter
     bulk_low = max(low, loss.lower_quantile(1e-6))
     bulk_high = min(high, loss.upper_quantile(1e-4))
