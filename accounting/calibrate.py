@@ -110,35 +110,28 @@ def calibrate(
     too_little, enough = (guess, None) if value > target_epsilon else (None, guess)
     factor = 1.25 if start is not None else 2.0
     while too_little is None or enough is None:
+        # geometric steps away from the guess, growing until the target is bracketed
         if enough is None:
-            # secant-style jump in log-log space, at least `factor`
-            nxt = min(too_little * factor, high_limit)
             if too_little >= high_limit:
                 raise ValueError(
                     f"target_epsilon={target_epsilon:g} is not reachable: at the upper end of the search "
                     f"bracket ({parameter_name}={high_limit:g}) the certified epsilon is {evaluate(high_limit):.6g}"
                 )
-            v = evaluate(nxt)
-            if floor <= v <= target_epsilon:
-                return accept(nxt)
-            if v > target_epsilon:
-                too_little = nxt
-            else:
-                enough = nxt
+            candidate = min(too_little * factor, high_limit)
         else:
             if enough <= low_limit:
                 raise ValueError(
                     f"target_epsilon={target_epsilon:g} is met already at the lower end of the search bracket "
                     f"({parameter_name}={low_limit:g}, certified epsilon {evaluate(low_limit):.6g}); lower the bracket"
                 )
-            nxt = max(enough / factor, low_limit)
-            v = evaluate(nxt)
-            if floor <= v <= target_epsilon:
-                return accept(nxt)
-            if v > target_epsilon:
-                too_little = nxt
-            else:
-                enough = nxt
+            candidate = max(enough / factor, low_limit)
+        value = evaluate(candidate)
+        if floor <= value <= target_epsilon:
+            return accept(candidate)
+        if value > target_epsilon:
+            too_little = candidate
+        else:
+            enough = candidate
         factor = min(factor * 2.0, 16.0)
     # 2. Illinois regula falsi on log(eps) - log(aim) versus log(parameter)
     xa, xb = math.log(too_little), math.log(enough)
