@@ -15,12 +15,13 @@ Pipeline (per neighbouring direction, DESIGN.md section 2):
 4. the wrapped (aliased) mass is non-negative, so it can only raise the upper sum; the
    mass above the window is added to the upper bound and the mass outside the window
    is subtracted from the lower bound;
-5. floating-point round-off of the FFT is allowed for per entry: twice the most
-   negative composed entry (pure round-off, which an FFT spreads evenly over its
-   output), added to every entry of the upper sum and removed from every entry of the
-   lower sum.  This is an a-posteriori allowance, not a worst-case bound: worst-case
-   FFT error bounds (Higham 2002, section 24.1) are orders of magnitude looser than
-   the error actually incurred and would forbid small deltas.
+5. floating-point error of the FFT composition is allowed for per entry: the larger
+   of u (T + log2 n) max(p) (the transform's relative error, amplified T times by the
+   power) and twice the most negative composed entry, added to every entry of the upper
+   sum and removed from every entry of the lower sum.  This is a model of the error,
+   checked against mpmath references at delta = 1e-12, not a worst-case bound:
+   worst-case FFT error bounds (Higham 2002, section 24.1) are orders of magnitude
+   looser than the error actually incurred and would forbid small deltas.
 
 The profile of the composed measures gives delta_lower(eps) <= delta(eps) <=
 delta_upper(eps); epsilon bounds are their inverses, and the profile of a dataset pair
@@ -178,19 +179,21 @@ def _chernoff_lambdas(measures: Sequence[tuple[GridMeasure, int]], tail: float) 
     return np.concatenate([lam, -lam])
 
 
-def _roundoff_per_entry(composed: np.ndarray) -> float:
-    """A-posteriori allowance for FFT round-off in each composed entry.
+def _roundoff_per_entry(composed: np.ndarray, total_count: int) -> float:
+    """Allowance for floating-point error in each composed entry.
 
-    Round-off of an FFT convolution spreads evenly over the output, so the entries
-    whose true value is far below it come out as noise of both signs; twice the largest
-    negative entry measures its amplitude.  When no entry is negative the noise sits
-    below every entry and the classical model u log2(n) max(p) is used instead.  This
-    is an allowance, not a worst-case bound (see the module docstring).
+    The transform of each step's measure carries a relative error of a few ulps at the
+    low frequencies that carry the mass, and raising it to the power T multiplies that
+    error by T, so entries are off by up to about u T max(p) (checked against mpmath
+    references at delta = 1e-12).  Entries far below that come out as noise of both
+    signs, and twice the largest negative entry is the second witness.  The larger of
+    the two is used.  This is a model of the error, not a worst-case bound (see the
+    module docstring).
     """
+    peak = float(np.max(composed))
     lowest = float(np.min(composed))
-    if lowest < 0:
-        return 2.0 * -lowest
-    return _U * math.log2(composed.size) * float(np.max(composed))
+    model = _U * (total_count + math.log2(composed.size)) * peak
+    return max(2.0 * max(-lowest, 0.0), model)
 
 
 @dataclass(frozen=True)
@@ -282,7 +285,8 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
     finite = 1.0
     for measure, count in measures:
         finite *= (1.0 - measure.infinity_mass) ** count
-    return ComposedMeasure(positions, masses, above, below, 1.0 - finite, _roundoff_per_entry(composed), size)
+    total_count = sum(count for _, count in measures)
+    return ComposedMeasure(positions, masses, above, below, 1.0 - finite, _roundoff_per_entry(composed, total_count), size)
 
 
 @dataclass(frozen=True)

@@ -4,8 +4,6 @@ needs one is skipped, not errored, when it is not installed."""
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 
@@ -19,18 +17,3 @@ def dpa():
 def prv():
     """The ``prv_accountant`` package (skips the test when it is not installed)."""
     return pytest.importorskip("prv_accountant")
-
-
-def assert_bracket(lower: float, exact: float, upper: float, what: str, slack: float = 0.0) -> None:
-    """Assert lower <= exact <= upper, up to an absolute ``slack``, with a useful message."""
-    assert math.isfinite(lower) and math.isfinite(upper), f"{what}: non-finite bounds [{lower}, {upper}]"
-    assert lower - slack <= exact <= upper + slack, (
-        f"{what}: exact value {exact!r} outside certified [{lower!r}, {upper!r}] "
-        f"(below lower by {lower - exact:.3g}, above upper by {exact - upper:.3g}, slack {slack:.3g})"
-    )
-
-
-@pytest.fixture(scope="session")
-def bracket():
-    """The :func:`assert_bracket` helper, shared as a fixture (tests are not a package)."""
-    return assert_bracket

@@ -13,7 +13,7 @@ from dpforge.accounting import epsilon as dpforge_epsilon
 from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled, PureDP
 from dpforge.mechanisms.dp_event import from_dp_event, to_dp_event
 
-dpa = pytest.importorskip("dp_accounting")
+pytest.importorskip("dp_accounting")
 dp_event = pytest.importorskip("dp_accounting.dp_event")
 
 FEW = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
