@@ -138,7 +138,7 @@ def _refine(
     (``staged``) at a step of about 1.5 bulk widths, and the result is returned as is:
     the chunks' own grids set the width, and a finer final grid would only add chunks.
     """
-    staged = _needs_stages(components, step, tail)
+    staged = math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
     if staged:
         # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
         step = max(step, 1.5 * _narrowest_bulk(components))
@@ -154,6 +154,8 @@ def _refine(
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
         grid = evaluation.grid_size * step / new_step
         if not staged and grid > _DIRECT_LIMIT:
+            if not math.isfinite(_narrowest_bulk(components)):
+                break  # few steps of a law narrower than the grid: report the accuracy reached
             staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
         elif grid > MAX_GRID:
             break
