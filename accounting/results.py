@@ -8,13 +8,14 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 
-def _clean(value: Any) -> Any:
+def json_ready(value: Any) -> Any:
+    """Non-finite floats as strings (recursively) so the output is strict JSON."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
+        return {k: json_ready(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_ready(v) for v in value]
     return value
 
 
@@ -40,7 +41,7 @@ class EpsilonResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data = {"epsilon": self.upper, **data}
-        return _clean(data)
+        return json_ready(data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -72,7 +73,7 @@ class DeltaResult:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data = {"delta": self.upper, **data}
-        return _clean(data)
+        return json_ready(data)
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())
@@ -99,7 +100,7 @@ class CalibrationResult:
     lower: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
-        return _clean(asdict(self))
+        return json_ready(asdict(self))
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict())

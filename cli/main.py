@@ -31,6 +31,7 @@ from typing import Any, Callable, NoReturn, Sequence
 from dpforge.accounting import calibrate_laplace_scale, calibrate_noise_multiplier
 from dpforge.accounting import delta as account_delta
 from dpforge.accounting import epsilon as account_epsilon
+from dpforge.accounting.results import json_ready
 from dpforge.accounting.plan import NOISE_PARAMETERS, Phase, Plan, PlanError, VerifyReport, load_plan, verify_plan
 from dpforge.mechanisms.combinators import Description
 from dpforge.mechanisms.validation import (
@@ -231,19 +232,8 @@ def _table(rows: Sequence[Sequence[Any]], header: Sequence[str] | None = None) -
     return "\n".join(lines)
 
 
-def _json_ready(value: Any) -> Any:
-    """Non-finite floats as strings so the output is strict JSON."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {key: _json_ready(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_ready(item) for item in value]
-    return value
-
-
 def _print_json(data: dict[str, Any]) -> None:
-    print(json.dumps(_json_ready(data), allow_nan=False))
+    print(json.dumps(json_ready(data), allow_nan=False))
 
 
 def _accuracy_rows(accuracy: dict[str, Any]) -> list[tuple[str, Any]]:
