@@ -36,6 +36,25 @@ class _Evaluation:
     step: float
     upper: tuple[ComposedProfile, ...]
     lower: tuple[ComposedProfile, ...]
+    directions: tuple[str, ...] = ()
+
+    def dominated(self, delta: float) -> "_Evaluation | None":
+        """The directions whose certified upper epsilon is below another direction's
+        certified lower epsilon: they cannot set the maximum, so refining them is
+        wasted work.  Returns them as a partial evaluation (or None)."""
+        if len(self.upper) < 2 or len(self.lower) != len(self.upper):
+            return None
+        lows = [p.epsilon(delta) for p in self.lower]
+        highs = [p.epsilon(delta) for p in self.upper]
+        keep = [i for i in range(len(highs)) if highs[i] < max(lows[:i] + lows[i + 1 :])]
+        if not keep:
+            return None
+        return _Evaluation(
+            self.step,
+            tuple(self.upper[i] for i in keep),
+            tuple(self.lower[i] for i in keep),
+            tuple(self.directions[i] for i in keep),
+        )
 
     def epsilon(self, delta: float) -> tuple[float, float]:
         return (
@@ -60,17 +79,26 @@ def _evaluate(
     tail: float,
     kinds: Sequence[str] = ("upper", "lower"),
     staged: bool = False,
+    settled: _Evaluation | None = None,
 ) -> _Evaluation:
-    upper: list[ComposedProfile] = []
-    lower: list[ComposedProfile] = []
+    """Compose every direction at ``step``; directions already in ``settled`` (a
+    previous, coarser evaluation of only the dominated directions) are reused as they are:
+    their certified bounds stay valid."""
+    upper: list[ComposedProfile] = list(settled.upper) if settled else []
+    lower: list[ComposedProfile] = list(settled.lower) if settled else []
+    done = set(settled.directions) if settled else set()
+    directions = list(settled.directions) if settled else []
     for direction in directions_for(components):
+        if direction in done:
+            continue
+        directions.append(direction)
         direction_step = atom_aligned_step(components, direction, step)
         measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged)
         if "upper" in kinds:
             upper.append(compose(measures["upper"], tail).upper_profile())
         if "lower" in kinds:
             lower.append(compose(measures["lower"], tail).lower_profile())
-    return _Evaluation(step, tuple(upper), tuple(lower))
+    return _Evaluation(step, tuple(upper), tuple(lower), tuple(directions))
 
 
 def initial_step(components: Sequence[Component], delta: float, relative_accuracy: float, tail: float) -> float:
@@ -130,8 +158,12 @@ def _refine(
     relative_accuracy: float,
     width_of: "callable",
     max_refinements: int,
+    delta: float | None = None,
 ) -> tuple[_Evaluation, int]:
     """Shrink the grid step until the bounds are as close as asked (width ~ c h^2).
+
+    For an epsilon query (``delta`` given) a direction that is certainly dominated by the
+    other is kept from the coarser evaluation instead of being refined.
 
     When resolving the one-step laws directly would need more than ``_DIRECT_LIMIT``
     grid points, narrow components are composed in chunks on finer grids instead
@@ -160,7 +192,8 @@ def _refine(
         elif grid > MAX_GRID:
             break
         step = new_step
-        evaluation = _evaluate(components, step, tail, staged=staged)
+        settled = evaluation.dominated(delta) if delta is not None else None
+        evaluation = _evaluate(components, step, tail, staged=staged, settled=settled)
         refinements += 1
     return evaluation, refinements
 
@@ -200,7 +233,9 @@ def epsilon(
     if fixed:
         evaluation, refinements = _evaluate(components, step, tail), 0
     else:
-        evaluation, refinements = _refine(components, step, tail, relative_accuracy, width_of, max_refinements)
+        evaluation, refinements = _refine(
+            components, step, tail, relative_accuracy, width_of, max_refinements, delta=delta
+        )
     low, high = evaluation.epsilon(delta)
     if not math.isfinite(high):
         raise ValueError(

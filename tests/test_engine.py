@@ -94,3 +94,14 @@ def test_large_epsilon_and_tiny_delta_are_finite():
 def test_bad_input(call, name):
     with pytest.raises(ValueError, match=name):
         call()
+
+
+def test_dominated_direction_is_not_refined_but_bounds_stay_valid():
+    """After the probe, a direction whose upper epsilon is below the other's lower is kept
+    from the coarse grid; the reported interval must still contain the full answer."""
+    description = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)])
+    result = epsilon(description, 1e-5)
+    full = api._evaluate(flatten(description), result.accuracy["grid_step"], 1e-9)
+    full_low, full_high = full.epsilon(1e-5)
+    assert max(result.lower, full_low) <= min(result.upper, full_high)
+    assert result.upper >= full_low
