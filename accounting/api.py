@@ -25,8 +25,25 @@ from dpforge.mechanisms.validation import (
     require_probability_open,
 )
 
-ENGINES = ("prv",)
+ENGINES = ("prv", "rdp", "montecarlo", "pure")
 MAX_GRID = 2**24
+
+#: module implementing each engine other than prv; each exposes ``epsilon(description,
+#: delta, **options)`` and ``delta(description, epsilon, **options)``
+_ENGINE_MODULES = {
+    "rdp": "dpforge.accounting.rdp",
+    "montecarlo": "dpforge.accounting.montecarlo",
+    "pure": "dpforge.accounting.pure",
+}
+
+
+def _engine_module(engine: str):
+    """The module of a non-prv engine (imported lazily), or a one-line error for a bad name."""
+    if engine not in ENGINES:
+        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    import importlib
+
+    return importlib.import_module(_ENGINE_MODULES[engine])
 
 
 @dataclass(frozen=True)
@@ -198,6 +215,12 @@ def _refine(
     return evaluation, refinements
 
 
+def _reject_options(options: dict) -> None:
+    if options:
+        name = sorted(options)[0]
+        raise ValueError(f"{name} is not an option of the prv engine")
+
+
 def epsilon(
     description: Description,
     delta: float,
@@ -206,6 +229,7 @@ def epsilon(
     relative_accuracy: float = 1e-3,
     step: float | None = None,
     max_refinements: int = 6,
+    **engine_options,
 ) -> EpsilonResult:
     """Certified bounds on epsilon(delta) of a composed, possibly subsampled, description.
 
@@ -213,11 +237,16 @@ def epsilon(
     subsampling (the maximum over both directions).  The grid step is refined until
     (upper - lower) / upper <= ``relative_accuracy`` (or the grid limit is reached;
     ``accuracy['achieved']`` reports what was reached).  Pass ``step`` to fix the grid.
+
+    ``engine`` selects the accountant: "prv" (default, certified lower and upper),
+    "rdp", "montecarlo" (a high-probability bound) or "pure"; ``engine_options`` go to
+    that engine (e.g. ``samples``, ``confidence``, ``seed`` for "montecarlo").
     """
     delta = require_probability_open("delta", delta)
+    if engine != "prv":
+        return _engine_module(engine).epsilon(description, delta, **engine_options)
+    _reject_options(engine_options)
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     components = _check_description(description)
     tail = 1e-4 * delta
     fixed = step is not None
@@ -267,12 +296,17 @@ def delta(
     relative_accuracy: float = 1e-3,
     step: float | None = None,
     max_refinements: int = 6,
+    **engine_options,
 ) -> DeltaResult:
-    """Certified bounds on delta(epsilon); refined until (upper - lower)/upper <= relative_accuracy."""
+    """Certified bounds on delta(epsilon); refined until (upper - lower)/upper <= relative_accuracy.
+
+    ``engine`` and ``engine_options`` as for :func:`epsilon`.
+    """
     epsilon = require_non_negative("epsilon", epsilon)
+    if engine != "prv":
+        return _engine_module(engine).delta(description, epsilon, **engine_options)
+    _reject_options(engine_options)
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
-    if engine not in ENGINES:
-        raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     components = _check_description(description)
     tail = 1e-16
 
