@@ -7,6 +7,7 @@ composition); engines in :mod:`dpforge.accounting` count it.
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP, RandomizedResponse
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.mechanisms.dp_event import from_dp_event, to_dp_event
+from dpforge.mechanisms.lmo import LMO, LMOPair
 from dpforge.mechanisms.pairs import (
     GaussianPair,
     LaplacePair,
@@ -23,6 +24,8 @@ __all__ = [
     "GaussianPair",
     "Laplace",
     "LaplacePair",
+    "LMO",
+    "LMOPair",
     "Mechanism",
     "MonotonePair",
     "PoissonSampled",

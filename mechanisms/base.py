@@ -14,7 +14,7 @@ from dpforge.mechanisms.pairs import (
     PrivacyLoss,
     RandomizedResponsePair,
 )
-from dpforge.mechanisms.validation import require_non_negative, require_positive
+from dpforge.mechanisms.validation import require_count, require_non_negative, require_positive
 
 DIRECTIONS: tuple[Direction, ...] = ("remove", "add")
 
@@ -58,20 +58,34 @@ class Gaussian(Mechanism):
 
 @dataclass(frozen=True)
 class Laplace(Mechanism):
-    """Laplace mechanism: noise Lap(0, scale) on a scalar query with L1 sensitivity.
+    """Laplace mechanism: independent noise Lap(0, scale) on each of ``dimension``
+    coordinates of a query with sensitivity ``sensitivity`` in ``norm`` ("l1" or "l2").
 
-    Dominating pair Lap(sensitivity, scale) vs Lap(0, scale); it is
-    (sensitivity/scale)-DP (Dwork, McSherry, Nissim, Smith 2006).
+    The scalar release has dominating pair Lap(sensitivity, scale) vs Lap(0, scale) and
+    is (sensitivity/scale)-DP (Dwork, McSherry, Nissim, Smith 2006).  A vector release
+    with an L2 sensitivity is not a scalar mechanism (DESIGN.md section 5): only the RDP
+    engine accounts it, through its vector guard.
     """
 
     scale: float
     sensitivity: float = 1.0
+    dimension: int = 1
+    norm: str = "l1"
 
     def __post_init__(self) -> None:
         require_positive("scale", self.scale)
         require_positive("sensitivity", self.sensitivity)
+        object.__setattr__(self, "dimension", require_count("dimension", self.dimension))
+        if self.norm not in ("l1", "l2"):
+            raise ValueError(f"norm must be one of l1, l2, got {self.norm!r}")
 
     def dominating_pair(self) -> LaplacePair:
+        if self.dimension != 1:
+            raise ValueError(
+                f"Laplace with dimension={self.dimension} has no one-dimensional dominating pair: "
+                "a vector release must not be accounted as a scalar one; use engine='rdp' "
+                "(its vector guard bounds the worst shift over the sensitivity ball)"
+            )
         return LaplacePair(a=float(self.sensitivity) / float(self.scale))
 
 

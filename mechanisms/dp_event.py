@@ -117,6 +117,10 @@ def _to_event(description: Any, dp_event: Any) -> Any:
     if isinstance(description, Gaussian):
         return dp_event.GaussianDpEvent(noise_multiplier=float(description.noise_multiplier))
     if isinstance(description, Laplace):
+        if description.dimension != 1:
+            raise ValueError(
+                f"Laplace with dimension={description.dimension} has no DpEvent: LaplaceDpEvent is a scalar release"
+            )
         multiplier = float(description.scale) / float(description.sensitivity)
         if not (math.isfinite(multiplier) and multiplier > 0.0):
             raise ValueError(
