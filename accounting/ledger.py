@@ -1,0 +1,172 @@
+"""The ledger: what a training run actually did, step by step, and what it cost.
+
+Every private step records its mechanism and sampling rate; consecutive equal steps
+are merged into one phase, so a ledger of a million identical steps is one entry.  The
+ledger accounts itself with any engine (the certified PRV engine by default), and
+writes the plan file that ``dpforge verify`` checks in CI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from dpforge.accounting.api import epsilon as account_epsilon
+from dpforge.accounting.plan import Phase, Plan, write_plan
+from dpforge.accounting.results import EpsilonResult
+from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
+from dpforge.mechanisms.combinators import Composed, PoissonSampled
+from dpforge.mechanisms.lmo import LMO
+from dpforge.mechanisms.validation import require_count, require_sampling_rate
+
+
+@dataclass(frozen=True)
+class LedgerEntry:
+    """``steps`` consecutive releases of ``mechanism`` on Poisson subsamples of rate ``sampling_rate``."""
+
+    mechanism: Mechanism
+    sampling_rate: float
+    steps: int
+
+    def description(self) -> Composed:
+        step = PoissonSampled(self.mechanism, self.sampling_rate) if self.sampling_rate < 1.0 else self.mechanism
+        return Composed([(step, self.steps)])
+
+
+def _mechanism_to_dict(mechanism: Mechanism) -> dict[str, Any]:
+    if isinstance(mechanism, Gaussian):
+        return {"mechanism": "gaussian", "noise_multiplier": mechanism.noise_multiplier, "sensitivity": mechanism.sensitivity}
+    if isinstance(mechanism, Laplace):
+        return {
+            "mechanism": "laplace",
+            "scale": mechanism.scale,
+            "sensitivity": mechanism.sensitivity,
+            "dimension": mechanism.dimension,
+            "norm": mechanism.norm,
+        }
+    if isinstance(mechanism, PureDP):
+        return {"mechanism": "pure", "epsilon": mechanism.epsilon}
+    if isinstance(mechanism, LMO):
+        return mechanism.to_dict()
+    raise ValueError(f"the ledger cannot record a {type(mechanism).__name__}")
+
+
+def _mechanism_from_dict(data: dict[str, Any]) -> Mechanism:
+    if not isinstance(data, dict) or "mechanism" not in data:
+        raise ValueError("each ledger entry needs a 'mechanism' object with a 'mechanism' kind")
+    fields = dict(data)
+    kind = fields.pop("mechanism")
+    try:
+        if kind == "gaussian":
+            return Gaussian(**fields)
+        if kind == "laplace":
+            return Laplace(**fields)
+        if kind == "pure":
+            return PureDP(**fields)
+    except TypeError as error:
+        raise ValueError(f"bad {kind} mechanism fields: {error}") from None
+    if kind == "lmo":
+        return LMO.from_dict(data)
+    raise ValueError(f"unknown mechanism kind {kind!r} (gaussian, laplace, pure, lmo)")
+
+
+class Ledger:
+    """Append-only record of private steps (not thread-safe; one per training process)."""
+
+    def __init__(self) -> None:
+        self._entries: list[LedgerEntry] = []
+
+    def record(self, mechanism: Mechanism, sampling_rate: float = 1.0, steps: int = 1) -> None:
+        """Record ``steps`` releases of ``mechanism`` at ``sampling_rate`` (merged with the
+        previous entry when both are equal)."""
+        if not isinstance(mechanism, Mechanism):
+            raise ValueError(f"mechanism must be a dpforge mechanism, got {type(mechanism).__name__}")
+        _mechanism_to_dict(mechanism)  # refuses what the ledger cannot serialise
+        rate = require_sampling_rate("sampling_rate", sampling_rate)
+        count = require_count("steps", steps)
+        if self._entries and self._entries[-1].mechanism == mechanism and self._entries[-1].sampling_rate == rate:
+            last = self._entries[-1]
+            self._entries[-1] = LedgerEntry(mechanism, rate, last.steps + count)
+        else:
+            self._entries.append(LedgerEntry(mechanism, rate, count))
+
+    @property
+    def entries(self) -> tuple[LedgerEntry, ...]:
+        return tuple(self._entries)
+
+    @property
+    def steps(self) -> int:
+        return sum(entry.steps for entry in self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def description(self) -> Composed:
+        if not self._entries:
+            raise ValueError("the ledger is empty: record at least one step before accounting")
+        return Composed([part for entry in self._entries for part in entry.description().parts])
+
+    def epsilon(self, delta: float, engine: str = "prv", **options: Any) -> EpsilonResult:
+        """Bounds on the run's epsilon at ``delta`` (certified with the default PRV engine)."""
+        return account_epsilon(self.description(), delta, engine=engine, **options)
+
+    def to_plan(self, path: str | os.PathLike[str] | None, delta: float, budget_epsilon: float | None = None) -> Plan:
+        """The plan ``dpforge verify`` checks; written as TOML to ``path`` unless it is None.
+
+        Plan files describe Gaussian and scalar Laplace phases; other mechanisms are
+        refused with the reason (the JSON form of the ledger keeps them).
+        """
+        phases = []
+        for index, entry in enumerate(self._entries):
+            mechanism = entry.mechanism
+            if isinstance(mechanism, Gaussian):
+                noise, parameter = "gaussian", mechanism.noise_multiplier
+            elif isinstance(mechanism, Laplace) and mechanism.dimension == 1:
+                noise, parameter = "laplace", mechanism.scale
+            else:
+                raise ValueError(
+                    f"entries[{index}]: plan files hold Gaussian and scalar Laplace phases, not {mechanism!r}; "
+                    "save the ledger with to_json and account it with Ledger.epsilon"
+                )
+            phases.append(
+                Phase(
+                    noise=noise,
+                    parameter=parameter,
+                    sampling_rate=entry.sampling_rate,
+                    steps=entry.steps,
+                    sensitivity=mechanism.sensitivity,
+                )
+            )
+        if not phases:
+            raise ValueError("the ledger is empty: record at least one step before writing a plan")
+        plan = Plan(delta=delta, phases=tuple(phases), budget_epsilon=budget_epsilon)
+        if path is not None:
+            write_plan(plan, path)
+        return plan
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "entries": [
+                {"mechanism": _mechanism_to_dict(e.mechanism), "sampling_rate": e.sampling_rate, "steps": e.steps}
+                for e in self._entries
+            ]
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict())
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Ledger":
+        if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
+            raise ValueError("a ledger must be an object with an 'entries' list")
+        ledger = cls()
+        for index, item in enumerate(data["entries"]):
+            try:
+                ledger.record(_mechanism_from_dict(item["mechanism"]), item["sampling_rate"], item["steps"])
+            except (KeyError, TypeError):
+                raise ValueError(f"entries[{index}] needs 'mechanism', 'sampling_rate' and 'steps'") from None
+            except ValueError as error:
+                raise ValueError(f"entries[{index}]: {error}") from None
+        return ledger
