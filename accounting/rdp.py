@@ -362,14 +362,15 @@ def _family(mechanism: Mechanism) -> str:
     return type(mechanism).__name__.lower()
 
 
-def _base_rdp(mechanism: Mechanism, orders: np.ndarray) -> tuple[np.ndarray, str]:
-    """Unsubsampled RDP of one release and a short label."""
+def _base_rdp(mechanism: Mechanism, orders: np.ndarray, lmo_bound: str = "exact") -> tuple[np.ndarray, str]:
+    """Unsubsampled RDP of one release and a short label (``lmo_bound``: "exact"
+    quadrature or the "mgf" joint-convexity bound capped by the pure-DP bound)."""
     dimension = getattr(mechanism, "dimension", 1)
     noise_like = isinstance(mechanism, Laplace) or _family(mechanism) == "lmo" or dimension != 1
     if noise_like:
         noise_rdp = _noise_rdp()
         if noise_rdp is not None:
-            values, label = noise_rdp(mechanism, orders)
+            values, label = noise_rdp(mechanism, orders, method=lmo_bound)
             return np.asarray(values, dtype=float), label
         if isinstance(mechanism, Laplace) and dimension == 1:
             a = float(mechanism.sensitivity) / float(mechanism.scale)
@@ -385,7 +386,7 @@ def _base_rdp(mechanism: Mechanism, orders: np.ndarray) -> tuple[np.ndarray, str
     raise ValueError(f"the rdp engine cannot account {type(mechanism).__name__}")
 
 
-def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS) -> RdpCurve:
+def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
     """RDP curve of one flattened component: ``count`` × the RDP of one (possibly
     subsampled) release.  Subsampled Gaussian: MTZ 2019 exact; any other subsampled
     mechanism: min(Zhu-Wang 2019 Thm. 6 at integer orders, joint convexity)."""
@@ -395,18 +396,18 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS) -> R
     family = _family(mechanism)
     details: tuple[str, ...] | None = None
     if q >= 1.0:
-        values, label = _base_rdp(mechanism, alpha)
+        values, label = _base_rdp(mechanism, alpha, lmo_bound)
     elif isinstance(mechanism, Gaussian) and getattr(mechanism, "dimension", 1) == 1:
         values = subsampled_gaussian_rdp(q, mechanism.noise_multiplier, alpha)
         label = "subsampled gaussian: exact (Mironov-Talwar-Zhang 2019)"
     else:
         integer = _is_integer(alpha)
-        base, base_label = _base_rdp(mechanism, alpha)
+        base, base_label = _base_rdp(mechanism, alpha, lmo_bound)
         zhu_wang = np.full_like(alpha, np.inf)
         if integer.any():
             top = int(alpha[integer].max())
             levels = np.arange(2, top + 1, dtype=float)
-            at_integers, _ = _base_rdp(mechanism, levels)
+            at_integers, _ = _base_rdp(mechanism, levels, lmo_bound)
             zhu_wang = zhu_wang_subsampled_rdp(q, at_integers, alpha)
         convex = convexity_subsampled_rdp(q, base, alpha)
         use_zw = zhu_wang <= convex
@@ -422,7 +423,7 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS) -> R
     return RdpCurve(alpha, values, (label,), (details,))
 
 
-def rdp_curve(description: Description, orders: object = DEFAULT_ORDERS) -> RdpCurve:
+def rdp_curve(description: Description, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
     """RDP curve of a composed description: the sum of its components' curves
     (adaptive composition, Mironov 2017, Prop. 1), with one source label per component."""
     alpha = require_orders(orders)
@@ -431,16 +432,16 @@ def rdp_curve(description: Description, orders: object = DEFAULT_ORDERS) -> RdpC
     sources: list[str] = []
     details: list[tuple[str, ...] | None] = []
     for component in components:
-        curve = rdp_of_component(component, alpha)
+        curve = rdp_of_component(component, alpha, lmo_bound)
         total = total + curve.values
         sources.extend(curve.sources)
         details.extend(curve.details)
     return RdpCurve(alpha, total, tuple(sources), tuple(details))
 
 
-def rdp(description: Description, orders: object = DEFAULT_ORDERS) -> np.ndarray:
+def rdp(description: Description, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> np.ndarray:
     """RDP values of a composed description at ``orders`` (see :func:`rdp_curve`)."""
-    return np.array(rdp_curve(description, orders).values)
+    return np.array(rdp_curve(description, orders, lmo_bound).values)
 
 
 # ------------------------------------------------------------------ conversion
@@ -516,6 +517,11 @@ def delta_from_rdp(orders: object, values: object, epsilon: float) -> tuple[floa
 # ------------------------------------------------------------------ engine
 
 
+def _require_lmo_bound(lmo_bound: object) -> None:
+    if lmo_bound not in ("exact", "mgf"):
+        raise ValueError(f"lmo_bound must be one of exact, mgf, got {lmo_bound!r}")
+
+
 def _reject_options(options: dict) -> None:
     if options:
         raise ValueError(f"{sorted(options)[0]} is not an option of the rdp engine")
@@ -531,12 +537,15 @@ def _accuracy(curve: RdpCurve, optimal_order: float) -> dict:
     }
 
 
-def epsilon(description: Description, delta: float, *, orders: object = None, **options) -> EpsilonResult:
+def epsilon(
+    description: Description, delta: float, *, orders: object = None, lmo_bound: str = "exact", **options
+) -> EpsilonResult:
     """RDP-engine ε(δ): ``upper`` is the certified CKS conversion of the composed RDP
     curve, ``lower`` is 0 (RDP gives no lower bound), ``estimate`` = ``upper``."""
     _reject_options(options)
+    _require_lmo_bound(lmo_bound)
     delta = require_probability_open("delta", delta)
-    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders)
+    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
     value, order = epsilon_from_rdp(curve.orders, curve.values, delta)
     return EpsilonResult(
         lower=0.0,
@@ -548,11 +557,14 @@ def epsilon(description: Description, delta: float, *, orders: object = None, **
     )
 
 
-def delta(description: Description, epsilon: float, *, orders: object = None, **options) -> DeltaResult:
+def delta(
+    description: Description, epsilon: float, *, orders: object = None, lmo_bound: str = "exact", **options
+) -> DeltaResult:
     """RDP-engine δ(ε): ``upper`` is the certified CKS conversion, ``lower`` is 0."""
     _reject_options(options)
+    _require_lmo_bound(lmo_bound)
     epsilon = require_non_negative("epsilon", epsilon)
-    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders)
+    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
     value, order = delta_from_rdp(curve.orders, curve.values, epsilon)
     return DeltaResult(
         lower=0.0,

@@ -263,3 +263,13 @@ def test_bad_orders_and_files():
         LMO.from_dict({"weights": [1, 0, 0], "colour": 1})
     with pytest.raises(ValueError, match="weights"):
         LMO.from_dict({"gamma_shape": 2.0})
+
+
+def test_rdp_engine_reports_its_lmo_bound():
+    description = Composed([(PoissonSampled(FINITE_VARIANCE, 0.01), 100)])
+    exact = epsilon(description, 1e-5, engine="rdp")
+    loose = epsilon(description, 1e-5, engine="rdp", lmo_bound="mgf")
+    assert exact.upper <= loose.upper
+    assert "exact quadrature" in exact.accuracy["bounds"][0] and "MGF" in loose.accuracy["bounds"][0]
+    with pytest.raises(ValueError, match="lmo_bound"):
+        epsilon(description, 1e-5, engine="rdp", lmo_bound="published")
