@@ -110,3 +110,38 @@ class CalibrationResult:
             f"{self.parameter_name} = {self.parameter:.6g} gives certified epsilon <= {self.epsilon:.6g} "
             f"(target {self.target_epsilon:.6g}) at delta = {self.delta:.3g}"
         )
+
+
+@dataclass(frozen=True)
+class MonteCarloEpsilonResult(EpsilonResult):
+    """epsilon at delta from the Monte-Carlo engine: ``upper`` (and, separately,
+    ``lower``) hold with probability at least ``confidence`` over the sampling; they are
+    high-probability bounds, not deterministic ones."""
+
+    samples: int = 0
+    confidence: float = 0.0
+    bound: str = "high-probability"
+
+    def __str__(self) -> str:
+        return (
+            f"epsilon <= {self.upper:.6g} with probability >= {self.confidence:g} (lower {self.lower:.6g}, "
+            f"estimate {self.estimate:.6g}) at delta = {self.delta:.3g} "
+            f"[{self.engine}, {self.samples} samples, {self.neighbouring}, {self.sampling}]"
+        )
+
+
+@dataclass(frozen=True)
+class MonteCarloDeltaResult(DeltaResult):
+    """delta at epsilon from the Monte-Carlo engine (high-probability bounds, see
+    :class:`MonteCarloEpsilonResult`)."""
+
+    samples: int = 0
+    confidence: float = 0.0
+    bound: str = "high-probability"
+
+    def __str__(self) -> str:
+        return (
+            f"delta <= {self.upper:.6g} with probability >= {self.confidence:g} (lower {self.lower:.6g}) "
+            f"at epsilon = {self.epsilon:.6g} [{self.engine}, {self.samples} samples, {self.neighbouring}, "
+            f"{self.sampling}]"
+        )
