@@ -1,0 +1,220 @@
+"""DP-ZO / DPZero: zeroth-order private fine-tuning with one privatised scalar per step.
+
+One step (Zhang et al. 2023 "DPZero"; Tang et al. 2024 "DP-ZO"), with z ~ N(0, I) of the
+parameters' shape regenerated from a per-step seed:
+
+1. perturb in place theta <- theta + lambda z, evaluate per-example losses L_i^+;
+2. theta <- theta - 2 lambda z, evaluate L_i^-;
+3. clip each difference d_i = L_i^+ - L_i^- to [-C, C] and privatise their sum with a
+   *scalar* mechanism of sensitivity C (adding or removing one example moves the sum by
+   at most C): S~ = sum_i clip(d_i) + noise;
+4. g = S~ / (B * 2 lambda) (B the batch size, or the expected batch size under Poisson
+   sampling), then restore and update in one pass: theta <- theta + lambda z - lr g z.
+
+The released quantity is one number per step, which is exactly where Laplace and LMO
+noise are sound (DESIGN.md section 5), so Gaussian, scalar Laplace and scalar LMO
+mechanisms are accepted; C is the mechanism's ``sensitivity``.  The scalar noise is
+drawn in float64 on the CPU from a generator separate from the (public) seeds.
+
+Memory: parameters are never copied; each pass regenerates z one parameter tensor at a
+time, so the extra memory is one buffer the size of the largest parameter tensor
+(float32 for bfloat16 parameters).  Floating point makes theta + lambda z - 2 lambda z +
+lambda z differ from theta by rounding; :func:`replay` repeats the very same three
+in-place passes from the ``(seed, scalar)`` history, so it reproduces the trained
+parameters bit for bit on the same device and dtype.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Sequence
+
+import torch
+
+from dpforge.accounting.ledger import Ledger
+from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
+from dpforge.mechanisms.lmo import LMO
+from dpforge.mechanisms.torch_noise import check_release, sample_noise
+from dpforge.mechanisms.validation import require_positive, require_sampling_rate
+
+__all__ = ["DPZero", "ZOStep", "clipped_difference_sum", "perturb_", "replay"]
+
+
+@dataclass(frozen=True)
+class ZOStep:
+    """One step of the history: the public seed of z and the privatised projected
+    gradient g = (clipped sum + noise) / (B * 2 lambda)."""
+
+    seed: int
+    scalar: float
+
+
+def _z_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+@torch.no_grad()
+def perturb_(parameters: Sequence[torch.Tensor], seed: int, alphas: Sequence[Sequence[float]]) -> None:
+    """For each parameter p (with its list of coefficients a_1, a_2, ...), regenerate z from
+    ``seed`` and apply p += a_1 z, then p += a_2 z, ... in place.
+
+    z is drawn parameter by parameter from one generator per device seeded with ``seed``,
+    so the same seed and parameter order give the same z.
+    """
+    generators: dict[torch.device, torch.Generator] = {}
+    for parameter, coefficients in zip(parameters, alphas, strict=True):
+        generator = generators.get(parameter.device)
+        if generator is None:
+            generator = torch.Generator(device=parameter.device)
+            generator.manual_seed(int(seed))
+            generators[parameter.device] = generator
+        z = torch.randn(parameter.shape, generator=generator, device=parameter.device, dtype=_z_dtype(parameter.dtype))
+        for alpha in coefficients:
+            parameter.add_(z, alpha=alpha)
+        del z
+
+
+def clipped_difference_sum(loss_plus: torch.Tensor, loss_minus: torch.Tensor, clip: float) -> float:
+    """sum_i clip(L_i^+ - L_i^-, -C, C) in float64 (each example moves it by at most C)."""
+    if not isinstance(loss_plus, torch.Tensor) or not isinstance(loss_minus, torch.Tensor):
+        raise ValueError("the closure must return a tensor of per-example losses")
+    if loss_plus.dim() != 1 or loss_plus.shape != loss_minus.shape:
+        raise ValueError(
+            "the closure must return a 1-D tensor of per-example losses, the same length at theta + lambda z "
+            f"and theta - lambda z; got shapes {tuple(loss_plus.shape)} and {tuple(loss_minus.shape)}"
+        )
+    differences = loss_plus.detach().to(torch.float64) - loss_minus.detach().to(torch.float64)
+    return float(differences.clamp_(-clip, clip).sum())
+
+
+def _update_alpha(lr: float, scalar: float) -> float:
+    return -(lr * scalar)
+
+
+def _require_scalar_mechanism(mechanism: Mechanism) -> Mechanism:
+    if not isinstance(mechanism, (Gaussian, Laplace, LMO)):
+        raise ValueError(f"mechanism must be a Gaussian, Laplace or LMO mechanism, got {type(mechanism).__name__}")
+    check_release(mechanism, 1)  # Laplace/LMO must describe a scalar release
+    return mechanism
+
+
+class DPZero(torch.optim.Optimizer):
+    """Zeroth-order DP optimizer; ``step(closure)`` where ``closure()`` returns the
+    per-example losses (1-D tensor) of the current batch at the current parameters.
+
+    ``mechanism`` privatises the clipped sum; its ``sensitivity`` is the clip C.
+    ``perturbation_scale`` is lambda.  ``expected_batch_size`` divides the sum (default:
+    the realised batch size, right for fixed-size batches; pass it under Poisson
+    sampling).  ``seed`` seeds the public per-step seeds; ``noise_generator`` (a CPU
+    generator, secret) draws the privacy noise, fresh from the OS when omitted.
+    Parameters with ``requires_grad=False`` are left alone (e.g. after
+    :func:`~dpforge.mechanisms.torch_bitfit.freeze_all_but_bias`).
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor] | Iterable[dict],
+        lr: float,
+        mechanism: Mechanism,
+        perturbation_scale: float = 1e-3,
+        *,
+        sampling_rate: float = 1.0,
+        expected_batch_size: float | None = None,
+        seed: int | None = None,
+        noise_generator: torch.Generator | None = None,
+        ledger: Ledger | None = None,
+    ) -> None:
+        lr = require_positive("lr", lr)
+        super().__init__(params, {"lr": lr})
+        self.mechanism = _require_scalar_mechanism(mechanism)
+        self.clip = float(mechanism.sensitivity)
+        self.perturbation_scale = require_positive("perturbation_scale", perturbation_scale)
+        self.sampling_rate = require_sampling_rate("sampling_rate", sampling_rate)
+        self.expected_batch_size = (
+            None if expected_batch_size is None else require_positive("expected_batch_size", expected_batch_size)
+        )
+        self._seeds = torch.Generator()
+        if seed is None:
+            self._seeds.seed()
+        else:
+            self._seeds.manual_seed(int(seed))
+        if noise_generator is None:
+            noise_generator = torch.Generator()
+            noise_generator.seed()
+        if noise_generator.device.type != "cpu":
+            raise ValueError("noise_generator must be a CPU generator (the scalar noise is drawn in float64 on the CPU)")
+        self.noise_generator = noise_generator
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.history: list[ZOStep] = []
+
+    def _trainable(self) -> list[tuple[torch.Tensor, float]]:
+        return [(p, float(group["lr"])) for group in self.param_groups for p in group["params"] if p.requires_grad]
+
+    @torch.no_grad()
+    def step(self, closure: Callable[[], torch.Tensor]) -> torch.Tensor:  # type: ignore[override]
+        """One DP-ZO step; returns the mean of the losses at theta +- lambda z (not private)."""
+        if closure is None:
+            raise ValueError("DPZero.step needs a closure returning the per-example losses")
+        trainable = self._trainable()
+        if not trainable:
+            raise ValueError("DPZero has no parameter with requires_grad=True to train")
+        params = [p for p, _ in trainable]
+        lam = self.perturbation_scale
+        seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
+        offset = 0.0
+        try:
+            perturb_(params, seed, [(lam,)] * len(params))
+            offset = lam
+            loss_plus = closure()
+            perturb_(params, seed, [(-2.0 * lam,)] * len(params))
+            offset = -lam
+            loss_minus = closure()
+            total = clipped_difference_sum(loss_plus, loss_minus, self.clip)
+        except BaseException:
+            if offset:
+                perturb_(params, seed, [(-offset,)] * len(params))
+            raise
+        batch = self.expected_batch_size if self.expected_batch_size is not None else loss_plus.shape[0]
+        if batch == 0:
+            perturb_(params, seed, [(lam,)] * len(params))
+            raise ValueError("empty batch: pass expected_batch_size to DPZero when batches can be empty")
+        noise = float(sample_noise(self.mechanism, (), generator=self.noise_generator, dtype=torch.float64))
+        scalar = (total + noise) / (batch * 2.0 * lam)
+        perturb_(params, seed, [(lam, _update_alpha(lr, scalar)) for _, lr in trainable])
+        self.history.append(ZOStep(seed, scalar))
+        self.ledger.record(self.mechanism, self.sampling_rate)
+        return 0.5 * (loss_plus.detach().float().mean() + loss_minus.detach().float().mean())
+
+
+def _trainable_parameters(model: torch.nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:
+    params = model.parameters() if isinstance(model, torch.nn.Module) else model
+    return [p for p in params if p.requires_grad]
+
+
+@torch.no_grad()
+def replay(
+    model: torch.nn.Module | Iterable[torch.Tensor],
+    history: Sequence[ZOStep],
+    lr: float | Sequence[float],
+    perturbation_scale: float,
+) -> None:
+    """Re-apply a DP-ZO ``history`` to a fresh copy of the initial model, in place.
+
+    Repeats each step's three in-place passes (+lambda z, -2 lambda z, +lambda z - lr g z)
+    without evaluating any loss, so on the same device and dtype the parameters equal
+    the trained ones bit for bit.  ``model`` is a module (its parameters with
+    requires_grad, in order) or the same parameter list the optimizer had; ``lr`` is the
+    constant learning rate or one per step.
+    """
+    params = _trainable_parameters(model)
+    lam = require_positive("perturbation_scale", perturbation_scale)
+    steps = list(history)
+    rates = [lr] * len(steps) if isinstance(lr, (int, float)) else list(lr)
+    if len(rates) != len(steps):
+        raise ValueError(f"lr must be one number or one per step ({len(steps)}), got {len(rates)}")
+    for step, rate in zip(steps, rates):
+        if not isinstance(step, ZOStep):
+            step = ZOStep(*step)
+        perturb_(params, step.seed, [(lam,)] * len(params))
+        perturb_(params, step.seed, [(-2.0 * lam,)] * len(params))
+        perturb_(params, step.seed, [(lam, _update_alpha(float(rate), step.scalar))] * len(params))

@@ -1,0 +1,170 @@
+"""Torch noise samplers: laws (KS against the analytic CDFs), seeding, dtypes, refusals."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+stats = pytest.importorskip("scipy.stats")
+
+from dpforge.mechanisms import LMO, Gaussian, Laplace, PureDP  # noqa: E402
+from dpforge.mechanisms.torch_noise import add_noise_, noise_std, sample_noise  # noqa: E402
+
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Two shared cores: keep torch to one intra-op thread, and restore it afterwards."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+LMO_FULL = LMO(
+    weights=(0.5, 0.3, 0.2),
+    gamma_shape=3.0,
+    gamma_scale=0.5,
+    exponential_rate=2.0,
+    uniform_low=0.5,
+    uniform_high=2.0,
+)
+LMO_GAMMA_SMALL_SHAPE = LMO(weights=(1.0, 0.0, 0.0), gamma_shape=0.7, gamma_scale=2.0)
+LMO_UNIFORM = LMO(weights=(0.0, 0.0, 1.0), uniform_low=0.2, uniform_high=3.0)
+
+CASES = {
+    "gaussian": (Gaussian(1.3, sensitivity=2.0), stats.norm(scale=2.6).cdf),
+    "laplace": (Laplace(0.7), stats.laplace(scale=0.7).cdf),
+    "lmo": (LMO_FULL, LMO_FULL.cdf),
+    "lmo-gamma-shape<1": (LMO_GAMMA_SMALL_SHAPE, LMO_GAMMA_SMALL_SHAPE.cdf),
+    "lmo-uniform": (LMO_UNIFORM, LMO_UNIFORM.cdf),
+}
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16}
+
+
+@pytest.mark.parametrize("dtype_name", list(DTYPES))
+@pytest.mark.parametrize("case", list(CASES))
+def test_kolmogorov_smirnov_against_the_analytic_cdf(case, dtype_name):
+    mechanism, cdf = CASES[case]
+    dtype = DTYPES[dtype_name]
+    generator = torch.Generator().manual_seed(1234)
+    draws = sample_noise(mechanism, 40_000, generator=generator, dtype=dtype)
+    assert draws.dtype == dtype and draws.shape == (40_000,)
+    values = draws.double().numpy()
+    assert np.all(np.isfinite(values))
+    result = stats.kstest(values, cdf)
+    if dtype == torch.bfloat16:
+        # 8-bit mantissa: rounding moves the empirical CDF by up to ~1e-3; a coarser check
+        assert result.statistic < 0.015
+    else:
+        assert result.pvalue > 1e-3, result
+
+
+def test_tails_in_float64_reach_beyond_the_float32_truncation():
+    generator = torch.Generator().manual_seed(7)
+    laplace = sample_noise(Laplace(1.0), 2_000_000, generator=generator, dtype=torch.float64)
+    # Pr(|X| > 12) = e^-12 ~ 6e-6: about 12 draws expected
+    tail = int((laplace.abs() > 12).sum())
+    assert 3 <= tail <= 30
+    assert float(laplace.abs().max()) < 53 * np.log(2)
+
+
+def test_laplace_law_is_exactly_symmetric_and_never_infinite():
+    generator = torch.Generator().manual_seed(0)
+    draws = sample_noise(Laplace(1.0), 1_000_000, generator=generator)
+    assert torch.isfinite(draws).all()
+    assert float(draws.abs().max()) <= 24 * np.log(2) + 1e-4
+    assert abs(float((draws > 0).double().mean()) - 0.5) < 3e-3
+
+
+def test_seeds_reproduce_and_differ():
+    for mechanism in (Gaussian(1.0), Laplace(1.0), LMO_FULL):
+        a = sample_noise(mechanism, (3, 5), generator=torch.Generator().manual_seed(42))
+        b = sample_noise(mechanism, (3, 5), generator=torch.Generator().manual_seed(42))
+        c = sample_noise(mechanism, (3, 5), generator=torch.Generator().manual_seed(43))
+        assert torch.equal(a, b)
+        assert not torch.equal(a, c)
+
+
+def test_noise_std_matches_the_mechanisms():
+    assert noise_std(Gaussian(1.5, 2.0)) == pytest.approx(3.0)
+    assert noise_std(Laplace(2.0)) == pytest.approx(2.0 * np.sqrt(2.0))
+    assert noise_std(LMO_UNIFORM) == pytest.approx(LMO_UNIFORM.std())
+    generator = torch.Generator().manual_seed(3)
+    draws = sample_noise(LMO_UNIFORM, 400_000, generator=generator, dtype=torch.float64)
+    assert float(draws.std()) == pytest.approx(LMO_UNIFORM.std(), rel=0.02)
+
+
+def test_add_noise_in_place_on_a_list_with_the_law_of_the_mechanism():
+    generator = torch.Generator().manual_seed(5)
+    tensors = [torch.zeros(300, 100), torch.zeros(50_000)]
+    out = add_noise_(tensors, Gaussian(0.5, 4.0), generator)
+    assert out[0] is tensors[0] and out[1] is tensors[1]
+    values = torch.cat([t.flatten() for t in tensors]).double().numpy()
+    assert stats.kstest(values, stats.norm(scale=2.0).cdf).pvalue > 1e-3
+
+
+def test_add_noise_on_leaf_parameters_and_bfloat16():
+    parameter = torch.nn.Parameter(torch.zeros(1000))
+    add_noise_([parameter], Gaussian(1.0), torch.Generator().manual_seed(0))
+    assert parameter.abs().sum() > 0
+    bf16 = torch.zeros(20_000, dtype=torch.bfloat16)
+    add_noise_(bf16, Gaussian(1.0), torch.Generator().manual_seed(0))
+    assert bf16.dtype == torch.bfloat16
+    assert stats.kstest(bf16.double().numpy(), stats.norm.cdf).statistic < 0.015
+
+
+def test_scalar_l2_laplace_and_lmo_are_refused_on_a_vector():
+    vector = [torch.zeros(10)]
+    for mechanism in (Laplace(1.0, norm="l2"), LMO_FULL):
+        with pytest.raises(ValueError, match=r"scalar-calibrated .*\(DESIGN.md section 5\)"):
+            add_noise_(vector, mechanism)
+    # also split across tensors: the release is all their coordinates together
+    with pytest.raises(ValueError, match="not the scalar mechanism"):
+        add_noise_([torch.zeros(1), torch.zeros(1)], Laplace(1.0, norm="l2"))
+
+
+def test_dimension_must_match_the_release():
+    with pytest.raises(ValueError, match="dimension=4 .* added to 10"):
+        add_noise_([torch.zeros(10)], Laplace(1.0, dimension=4, norm="l2"))
+    with pytest.raises(ValueError, match="dimension=1 .* added to 10"):
+        add_noise_([torch.zeros(10)], Laplace(1.0))  # scalar L1 Laplace: still the wrong release
+    # matching descriptions are accepted: scalar on a scalar, vector on its dimension
+    add_noise_([torch.zeros(())], LMO_FULL)
+    add_noise_([torch.zeros(2, 5)], Laplace(1.0, dimension=10, norm="l2"))
+    add_noise_([torch.zeros(2, 5)], Gaussian(1.0))
+
+
+def test_mismatched_devices_dtypes_and_bad_input_are_refused():
+    with pytest.raises(ValueError, match="different dtypes"):
+        add_noise_([torch.zeros(3), torch.zeros(3, dtype=torch.float64)], Gaussian(1.0))
+    with pytest.raises(ValueError, match="different devices"):
+        add_noise_([torch.zeros(3), torch.zeros(3, device="meta")], Gaussian(1.0))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        add_noise_([torch.zeros(3, dtype=torch.float16)], Gaussian(1.0))
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        sample_noise(Gaussian(1.0), 3, dtype=torch.int64)
+    with pytest.raises(ValueError, match="Gaussian, Laplace or LMO"):
+        add_noise_([torch.zeros(3)], PureDP(1.0))
+    with pytest.raises(ValueError, match="at least one tensor"):
+        add_noise_([], Gaussian(1.0))
+    with pytest.raises(ValueError, match="generator lives on"):
+        sample_noise(Gaussian(1.0), 3, generator=torch.Generator(), device="meta")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("case", ["gaussian", "laplace", "lmo"])
+def test_cuda_samplers_follow_the_law_and_reproduce(case):
+    mechanism, cdf = CASES[case]
+    generator = torch.Generator(device="cuda").manual_seed(11)
+    draws = sample_noise(mechanism, 200_000, generator=generator)
+    assert draws.device.type == "cuda"
+    assert stats.kstest(draws.double().cpu().numpy(), cdf).pvalue > 1e-3
+    again = sample_noise(mechanism, 200_000, generator=torch.Generator(device="cuda").manual_seed(11))
+    assert torch.equal(draws, again)
+    tensors = [torch.zeros(1000, device="cuda"), torch.zeros(10, 10, device="cuda")]
+    add_noise_(tensors, Gaussian(1.0), torch.Generator(device="cuda").manual_seed(0))
+    with pytest.raises(ValueError, match="different devices"):
+        add_noise_([torch.zeros(3, device="cuda"), torch.zeros(3)], Gaussian(1.0))
+    with pytest.raises(ValueError, match="generator lives on"):
+        add_noise_([torch.zeros(3, device="cuda")], Gaussian(1.0), torch.Generator())
