@@ -32,6 +32,7 @@ from dpforge.accounting import delta as account_delta
 from dpforge.accounting import epsilon as account_epsilon
 from dpforge.accounting.results import json_ready
 from dpforge.accounting.plan import NOISE_PARAMETERS, Phase, Plan, PlanError, VerifyReport, load_plan, verify_plan
+from dpforge.cli.lmo import add_lmo_commands, lmo_description
 from dpforge.mechanisms.combinators import Description
 from dpforge.mechanisms.validation import (
     require_count,
@@ -189,6 +190,8 @@ def _load_plan_flag(args: argparse.Namespace) -> Plan:
 
 def _description(args: argparse.Namespace) -> tuple[Description, dict[str, Any], Plan | None]:
     """The description to account, a JSON summary of it, and the plan when ``--plan`` was given."""
+    if getattr(args, "lmo", None) is not None:
+        return (*lmo_description(args), None)
     if args.plan is not None:
         plan = _load_plan_flag(args)
         return plan.description(), {"plan": os.fspath(args.plan), "phases": len(plan.phases)}, plan
@@ -250,6 +253,61 @@ def _summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
     return [(key.replace("_", " "), value) for key, value in summary.items()]
 
 
+# --------------------------------------------------------------------------- engines
+
+ENGINE_CHOICES = ("prv", "rdp", "montecarlo", "pure")
+#: flags that only the montecarlo engine takes: (flag, dest)
+_MONTECARLO_FLAGS = (("--samples", "samples"), ("--confidence", "confidence"), ("--seed", "seed"))
+
+
+def _integer_flag(flag: str, text: str, minimum: int) -> int:
+    """An integer flag >= ``minimum`` (``1e6`` is accepted, ``2.5`` is not)."""
+    try:
+        value: object = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            value = text
+    try:
+        return require_count(flag, value, minimum)
+    except ValueError:
+        raise CliError(f"{flag} must be an integer >= {minimum}, got {_shown(text)}") from None
+
+
+def _engine_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """``--engine`` and the options it takes (``--samples``/``--confidence``/``--seed``
+    belong to the montecarlo engine only)."""
+    engine = args.engine or "prv"
+    given = [flag for flag, dest in _MONTECARLO_FLAGS if getattr(args, dest, None) is not None]
+    if engine != "montecarlo":
+        if given:
+            raise CliError(f"{given[0]} applies only to --engine montecarlo, not --engine {engine}")
+        return engine, {}
+    options: dict[str, Any] = {}
+    if args.samples is not None:
+        options["samples"] = _integer_flag("--samples", args.samples, 1)
+    if args.confidence is not None:
+        options["confidence"] = _checked("--confidence", args.confidence, require_probability_open)
+    if args.seed is not None:
+        options["seed"] = _integer_flag("--seed", args.seed, 0)
+    return engine, options
+
+
+def _engine_rows(result: Any) -> list[tuple[str, Any]]:
+    """Extra table rows of a high-probability (montecarlo) result."""
+    if not hasattr(result, "samples"):
+        return []
+    return [("samples", result.samples), ("confidence", result.confidence), ("bound", result.bound)]
+
+
+def _add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--engine", choices=ENGINE_CHOICES, help="accountant (default prv)")
+    parser.add_argument("--samples", metavar="N", help="montecarlo: samples of the composed loss, an integer >= 1")
+    parser.add_argument("--confidence", metavar="C", help="montecarlo: probability of the bound, in (0, 1) (default 0.99)")
+    parser.add_argument("--seed", metavar="S", help="montecarlo: random seed, an integer >= 0 (default random, reported)")
+
+
 # --------------------------------------------------------------------------- commands
 
 
@@ -260,7 +318,8 @@ def _command_epsilon(args: argparse.Namespace) -> int:
         delta = plan.delta
     else:
         delta = _delta_flag(args)
-    result = account_epsilon(description, delta, relative_accuracy=relative_accuracy)
+    engine, options = _engine_options(args)
+    result = account_epsilon(description, delta, engine=engine, relative_accuracy=relative_accuracy, **options)
     if args.json:
         _print_json({**result.to_dict(), "description": summary})
         return EXIT_OK
@@ -272,6 +331,7 @@ def _command_epsilon(args: argparse.Namespace) -> int:
         ("engine", result.engine),
         ("neighbouring", result.neighbouring),
         ("sampling", result.sampling),
+        *_engine_rows(result),
         *_accuracy_rows(result.accuracy),
         *_summary_rows(summary),
     ]
@@ -283,7 +343,8 @@ def _command_delta(args: argparse.Namespace) -> int:
     relative_accuracy = _relative_accuracy(args.relative_accuracy)
     description, summary, _ = _description(args)
     epsilon = _checked("--epsilon", _required(args, "epsilon", "a number >= 0"), require_non_negative)
-    result = account_delta(description, epsilon, relative_accuracy=relative_accuracy)
+    engine, options = _engine_options(args)
+    result = account_delta(description, epsilon, engine=engine, relative_accuracy=relative_accuracy, **options)
     if args.json:
         _print_json({**result.to_dict(), "description": summary})
         return EXIT_OK
@@ -295,6 +356,7 @@ def _command_delta(args: argparse.Namespace) -> int:
         ("engine", result.engine),
         ("neighbouring", result.neighbouring),
         ("sampling", result.sampling),
+        *_engine_rows(result),
         *_accuracy_rows(result.accuracy),
         *_summary_rows(summary),
     ]
@@ -418,12 +480,14 @@ def build_parser() -> argparse.ArgumentParser:
     epsilon = commands.add_parser("epsilon", help="certified bounds on epsilon at a given delta")
     _add_mechanism_flags(epsilon)
     epsilon.add_argument("--delta", metavar="DELTA", help="in (0, 1); with --plan defaults to the plan's delta")
+    _add_engine_flags(epsilon)
     _add_common(epsilon)
     epsilon.set_defaults(handler=_command_epsilon)
 
     delta = commands.add_parser("delta", help="certified bounds on delta at a given epsilon")
     _add_mechanism_flags(delta)
     delta.add_argument("--epsilon", metavar="EPS", help=">= 0 (required)")
+    _add_engine_flags(delta)
     _add_common(delta)
     delta.set_defaults(handler=_command_delta)
 
@@ -440,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--budget", metavar="EPS", help="budget epsilon >= 0; overrides [budget] in the plan")
     _add_common(verify)
     verify.set_defaults(handler=_command_verify)
+    add_lmo_commands(commands)
     return parser
 
 

@@ -8,6 +8,7 @@ from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP, Random
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.mechanisms.dp_event import from_dp_event, to_dp_event
 from dpforge.mechanisms.lmo import LMO, LMOPair
+from dpforge.mechanisms.lmo_search import LMOSearchResult, lmo_search
 from dpforge.mechanisms.pairs import (
     GaussianPair,
     LaplacePair,
@@ -26,6 +27,7 @@ __all__ = [
     "LaplacePair",
     "LMO",
     "LMOPair",
+    "LMOSearchResult",
     "Mechanism",
     "MonotonePair",
     "PoissonSampled",
@@ -35,5 +37,6 @@ __all__ = [
     "RandomizedResponsePair",
     "flatten",
     "from_dp_event",
+    "lmo_search",
     "to_dp_event",
 ]
