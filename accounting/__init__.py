@@ -6,7 +6,7 @@ from dpforge.accounting.plan import Phase, Plan, PlanError, load_plan, parse_pla
 from dpforge.accounting.allocation import allocate_noise, gradient_noise_multiplier
 from dpforge.accounting.ledger import Ledger
 from dpforge.accounting.pure import calibrate_laplace_scale_pure
-from dpforge.accounting.rdp import rdp, rdp_curve
+from dpforge.accounting.rdp import rdp_curve
 from dpforge.accounting.results import (
     CalibrationResult,
     DeltaResult,
@@ -35,7 +35,6 @@ __all__ = [
     "gradient_noise_multiplier",
     "load_plan",
     "parse_plan",
-    "rdp",
     "rdp_curve",
     "verify_plan",
     "write_plan",
