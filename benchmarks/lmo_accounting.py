@@ -37,7 +37,7 @@ MECHANISM = LMO(
     uniform_low=0.3,
     uniform_high=1.5,
 )
-ORDERS = np.concatenate([np.linspace(1.25, 10.0, 36), np.arange(12, 64, 2.0)])[:64]
+ORDERS = np.concatenate([np.linspace(1.25, 10.0, 36), np.arange(12.0, 68.0, 2.0)])
 
 
 def median_seconds(call, repeats: int) -> tuple[float, object]:
