@@ -38,6 +38,7 @@ from typing import Literal
 import numpy as np
 from scipy.special import logsumexp
 
+from dpforge.accounting.rdp import laplace_rdp, randomized_response_rdp, require_orders
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Laplace
 from dpforge.mechanisms.lmo import LMO
@@ -50,36 +51,8 @@ SHAPE_CHECK_POINTS = 48
 _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
 
 
-def require_orders(orders: object) -> np.ndarray:
-    """Orders as a 1-d float array; each must be finite and > 1."""
-    try:
-        values = np.atleast_1d(np.asarray(orders, dtype=float))
-    except (TypeError, ValueError):
-        raise ValueError(f"orders must be numbers > 1, got {orders!r}") from None
-    if values.ndim != 1 or values.size == 0:
-        raise ValueError("orders must be a non-empty sequence of numbers > 1")
-    bad = ~np.isfinite(values) | (values <= 1.0)
-    if bad.any():
-        raise ValueError(f"orders must be finite numbers > 1, got {values[bad][0]!r}")
-    return values
-
-
-def laplace_rdp_at_shift(shift_over_scale: float, orders: np.ndarray) -> np.ndarray:
-    """Mironov (2017), Prop. 6, in log space: finite for large order * shift."""
-    a = float(shift_over_scale)
-    alpha = np.asarray(orders, dtype=float)
-    value = np.logaddexp(
-        np.log(alpha / (2 * alpha - 1)) + (alpha - 1) * a,
-        np.log((alpha - 1) / (2 * alpha - 1)) - alpha * a,
-    )
-    return value / (alpha - 1)
-
-
-def randomized_response_rdp(epsilon: float, orders: np.ndarray) -> np.ndarray:
-    """Exact RDP of the eps-DP randomised-response pair: the largest over all eps-DP pairs."""
-    alpha = np.asarray(orders, dtype=float)
-    eps = float(epsilon)
-    return (np.logaddexp(alpha * eps, (1 - alpha) * eps) - np.logaddexp(0.0, eps)) / (alpha - 1)
+#: Mironov (2017), Prop. 6, at shift/scale; the RDP engine's implementation
+laplace_rdp_at_shift = laplace_rdp
 
 
 def _panels(start: float, stop: float, ratio: float = 2.0) -> np.ndarray:
