@@ -42,6 +42,7 @@ from dpforge.accounting.rdp import laplace_rdp, randomized_response_rdp, require
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Laplace
 from dpforge.mechanisms.lmo import LMO
+from dpforge.mechanisms.validation import require_non_negative
 
 Method = Literal["exact", "mgf"]
 METHODS = ("exact", "mgf")
@@ -53,6 +54,11 @@ _GL_NODES, _GL_WEIGHTS = np.polynomial.legendre.leggauss(8)
 
 #: Mironov (2017), Prop. 6, at shift/scale; the RDP engine's implementation
 laplace_rdp_at_shift = laplace_rdp
+
+
+def _shift(mechanism: LMO, shift: float | None) -> float:
+    """The shift v: the sensitivity by default, else a finite number >= 0."""
+    return float(mechanism.sensitivity) if shift is None else require_non_negative("shift", shift)
 
 
 def _panels(start: float, stop: float, ratio: float = 2.0) -> np.ndarray:
@@ -87,8 +93,8 @@ def lmo_rdp_exact(mechanism: LMO, orders, shift: float | None = None) -> np.ndar
     """Exact Rényi divergence D_a(f(. - v) || f) of scalar LMO noise at shift v
     (default: the mechanism's sensitivity), by quadrature; one value per order."""
     alpha = require_orders(orders)
-    v = float(mechanism.sensitivity if shift is None else shift)
-    if v <= 0:
+    v = _shift(mechanism, shift)
+    if v == 0:
         return np.zeros_like(alpha)
     packed = mechanism.packed
     scale = max(_noise_scale(mechanism), v)
@@ -119,7 +125,7 @@ def lmo_rdp_exact(mechanism: LMO, orders, shift: float | None = None) -> np.ndar
 def lmo_rdp_mgf_bound(mechanism: LMO, orders, shift: float | None = None) -> np.ndarray:
     """Joint-convexity upper bound via the MGF of eta (+inf where it diverges)."""
     alpha = require_orders(orders)
-    v = float(mechanism.sensitivity if shift is None else shift)
+    v = _shift(mechanism, shift)
     with np.errstate(over="ignore", invalid="ignore"):
         value = np.logaddexp(
             np.log(alpha / (2 * alpha - 1)) + mechanism.log_eta_mgf((alpha - 1) * v),
@@ -130,7 +136,7 @@ def lmo_rdp_mgf_bound(mechanism: LMO, orders, shift: float | None = None) -> np.
 
 def lmo_pure_cap(mechanism: LMO, orders, shift: float | None = None) -> np.ndarray:
     """The randomised-response bound at eps0 = log f(0)/f(v)."""
-    v = float(mechanism.sensitivity if shift is None else shift)
+    v = _shift(mechanism, shift)
     eps0 = float(mechanism.logpdf(0.0) - mechanism.logpdf(v))
     return randomized_response_rdp(eps0, require_orders(orders))
 

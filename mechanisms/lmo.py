@@ -46,6 +46,12 @@ def require_dimension(name: str, value: object) -> int:
     return require_count(name, value)
 
 
+def _require_not_nan(name: str, values: np.ndarray) -> np.ndarray:
+    if np.isnan(values).any():
+        raise ValueError(f"{name} must not be NaN")
+    return values
+
+
 def _require_weights(weights: object) -> tuple[float, float, float]:
     try:
         values = tuple(float(w) for w in weights)  # type: ignore[union-attr]
@@ -111,7 +117,7 @@ class LMO(Mechanism):
 
     def logpdf(self, x: np.ndarray | float) -> np.ndarray:
         """log density of one coordinate of the noise at x."""
-        t = np.abs(_as_array(x))
+        t = np.abs(_require_not_nan("x", _as_array(x)))
         return kernels.log_density_array(t.ravel(), self.packed).reshape(t.shape)
 
     def pdf(self, x: np.ndarray | float) -> np.ndarray:
@@ -126,7 +132,7 @@ class LMO(Mechanism):
 
     def cdf(self, x: np.ndarray | float) -> np.ndarray:
         """Pr(X <= x), accurate in both tails: S(|x|)/2 below 0, 1/2 + C(x)/2 above."""
-        x = _as_array(x)
+        x = _require_not_nan("x", _as_array(x))
         t = np.abs(x).ravel()
         packed = self.packed
         lower = 0.5 * np.exp(kernels.log_tail_array(t, packed))
@@ -203,6 +209,8 @@ class LMO(Mechanism):
         Laplace variable divided by eta.  Vectorised; ``rng`` is a Generator or a seed."""
         rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
+        if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in shape):
+            raise ValueError(f"size must be a non-negative integer or a tuple of them, got {size!r}")
         count = int(np.prod(shape, dtype=np.int64))
         eta = self.sample_eta(count, rng)
         return (rng.laplace(0.0, 1.0, count) / eta).reshape(shape)

@@ -103,6 +103,8 @@ def _uniform_log_tail(t: float, p: np.ndarray) -> float:
 @numba.njit(cache=True)
 def log_density(t: float, p: np.ndarray) -> float:
     """log f(t), t = |x| >= 0: the log density of the noise at x."""
+    if t == np.inf:
+        return -np.inf
     acc = -np.inf
     if p[_LW_GAMMA] > -np.inf:
         k, theta = p[_SHAPE], p[_SCALE]
@@ -118,6 +120,8 @@ def log_density(t: float, p: np.ndarray) -> float:
 @numba.njit(cache=True)
 def log_tail(t: float, p: np.ndarray) -> float:
     """log S(t) = log Pr(|X| > t)."""
+    if t == np.inf:
+        return -np.inf
     acc = -np.inf
     if p[_LW_GAMMA] > -np.inf:
         acc = _logaddexp(acc, p[_LW_GAMMA] - p[_SHAPE] * math.log1p(p[_SCALE] * t))
@@ -131,6 +135,8 @@ def log_tail(t: float, p: np.ndarray) -> float:
 @numba.njit(cache=True)
 def central(t: float, p: np.ndarray) -> float:
     """C(t) = Pr(|X| <= t) = E[1 - e^{-eta t}], accurate for small t (no 1 - S cancellation)."""
+    if t == np.inf:
+        return 1.0
     acc = 0.0
     if p[_LW_GAMMA] > -np.inf:
         acc += math.exp(p[_LW_GAMMA]) * -math.expm1(-p[_SHAPE] * math.log1p(p[_SCALE] * t))

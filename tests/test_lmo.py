@@ -273,3 +273,17 @@ def test_rdp_engine_reports_its_lmo_bound():
     assert "exact quadrature" in exact.accuracy["bounds"][0] and "MGF" in loose.accuracy["bounds"][0]
     with pytest.raises(ValueError, match="lmo_bound"):
         epsilon(description, 1e-5, engine="rdp", lmo_bound="published")
+
+
+def test_bad_shapes_shifts_and_points():
+    with pytest.raises(ValueError, match="shift"):
+        lmo_rdp_exact(MIXED, [2.0], shift=-1.0)
+    with pytest.raises(ValueError, match="shift"):
+        lmo_rdp_mgf_bound(MIXED, [2.0], shift=float("nan"))
+    with pytest.raises(ValueError, match="size"):
+        MIXED.sample(-1)
+    with pytest.raises(ValueError, match="x must not be NaN"):
+        MIXED.logpdf([0.0, float("nan")])
+    with pytest.raises(ValueError, match="x must not be NaN"):
+        MIXED.cdf(float("nan"))
+    assert float(MIXED.logpdf(float("inf"))) == -math.inf and float(MIXED.cdf(float("inf"))) == 1.0
