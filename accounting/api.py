@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
+
 from dpforge.accounting.prv import (
     _DIRECT_LIMIT,
     _DIRECT_RESOLUTION,
@@ -288,6 +290,54 @@ def epsilon(
     )
 
 
+def _delta_evaluation(
+    description: Description,
+    epsilon: float,
+    relative_accuracy: float,
+    step: float | None,
+    max_refinements: int,
+) -> tuple[_Evaluation, int]:
+    """The composed profiles, refined until delta(``epsilon``) has the relative accuracy."""
+    relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    components = _check_description(description)
+    tail = 1e-16
+
+    def width_of(evaluation: _Evaluation) -> tuple[float, float]:
+        low, high = evaluation.delta(epsilon)
+        if high < 1e-14:
+            return 0.0, 1.0
+        return high - low, high
+
+    if step is not None:
+        step = require_positive("step", step)
+        return _evaluate(components, step, tail), 0
+    first = initial_step(components, 1e-6, relative_accuracy, tail)
+    return _refine(components, first, tail, relative_accuracy, width_of, max_refinements)
+
+
+def delta_profile(
+    description: Description,
+    epsilons: Sequence[float],
+    *,
+    relative_accuracy: float = 1e-3,
+    max_refinements: int = 6,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Certified lower and upper bounds on delta at each of ``epsilons`` (PRV engine).
+
+    One composition serves every point: the grid is refined for the largest epsilon
+    (the smallest delta, the hardest to resolve relatively), and every point is read off
+    the same certified pessimistic / optimistic profiles, so the whole curve costs about
+    one :func:`delta` call.
+    """
+    grid = np.asarray(epsilons, dtype=float)
+    if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
+        raise ValueError("epsilons must be a non-empty sequence of finite numbers >= 0")
+    evaluation, _ = _delta_evaluation(description, float(grid.max()), relative_accuracy, None, max_refinements)
+    bounds = np.array([evaluation.delta(float(value)) for value in grid], dtype=float)
+    lower = np.minimum(bounds[:, 0], bounds[:, 1])
+    return lower, bounds[:, 1]
+
+
 def delta(
     description: Description,
     epsilon: float,
@@ -306,22 +356,7 @@ def delta(
     if engine != "prv":
         return _engine_module(engine).delta(description, epsilon, **engine_options)
     _reject_options(engine_options)
-    relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
-    components = _check_description(description)
-    tail = 1e-16
-
-    def width_of(evaluation: _Evaluation) -> tuple[float, float]:
-        low, high = evaluation.delta(epsilon)
-        if high < 1e-14:
-            return 0.0, 1.0
-        return high - low, high
-
-    if step is not None:
-        step = require_positive("step", step)
-        evaluation, refinements = _evaluate(components, step, tail), 0
-    else:
-        first = initial_step(components, 1e-6, relative_accuracy, tail)
-        evaluation, refinements = _refine(components, first, tail, relative_accuracy, width_of, max_refinements)
+    evaluation, refinements = _delta_evaluation(description, epsilon, relative_accuracy, step, max_refinements)
     low, high = evaluation.delta(epsilon)
     low = min(low, high)
     return DeltaResult(

@@ -401,21 +401,26 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_
         values = subsampled_gaussian_rdp(q, mechanism.noise_multiplier, alpha)
         label = "subsampled gaussian: exact (Mironov-Talwar-Zhang 2019)"
     else:
+        # Zhu-Wang holds at integer orders; a fractional order α takes it at ⌈α⌉, since
+        # the Rényi divergence is non-decreasing in its order (van Erven & Harremoës
+        # 2014, Thm. 3).  Joint convexity holds at every order; the smaller bound is kept.
         integer = _is_integer(alpha)
+        ceiling = np.ceil(alpha)
         base, base_label = _base_rdp(mechanism, alpha, lmo_bound)
-        zhu_wang = np.full_like(alpha, np.inf)
-        if integer.any():
-            top = int(alpha[integer].max())
-            levels = np.arange(2, top + 1, dtype=float)
-            at_integers, _ = _base_rdp(mechanism, levels, lmo_bound)
-            zhu_wang = zhu_wang_subsampled_rdp(q, at_integers, alpha)
+        top = int(ceiling.max())
+        levels = np.arange(2, top + 1, dtype=float)
+        at_integers, _ = _base_rdp(mechanism, levels, lmo_bound)
+        zhu_wang = zhu_wang_subsampled_rdp(q, at_integers, ceiling)
         convex = convexity_subsampled_rdp(q, base, alpha)
         use_zw = zhu_wang <= convex
         values = np.where(use_zw, zhu_wang, convex)
-        details = tuple("zhu-wang" if z else "convexity" for z in use_zw)
+        details = tuple(
+            ("zhu-wang" if whole else "zhu-wang at ceil(order)") if z else "convexity"
+            for z, whole in zip(use_zw, integer)
+        )
         label = (
-            f"subsampled {base_label.split(':', 1)[0]}: upper bound (Zhu-Wang 2019, integer orders; "
-            f"joint convexity elsewhere); base {base_label}"
+            f"subsampled {base_label.split(':', 1)[0]}: upper bound (Zhu-Wang 2019 at integer orders, "
+            f"at the next integer order elsewhere; or joint convexity); base {base_label}"
         )
     values = count * np.maximum(np.asarray(values, dtype=float), 0.0)
     if np.isnan(values).any():  # pragma: no cover - defensive

@@ -41,7 +41,7 @@ def _laplace_quadrature(a: float, alpha: float) -> float:
         return float(mp.log(total) / (al - 1))
 
 
-def _subsampled_laplace_divergence(q: float, a: float, alpha: int, direction: str) -> float:
+def _subsampled_laplace_divergence(q: float, a: float, alpha: float, direction: str) -> float:
     """Exact D_α of the subsampled Laplace pair with Q0 = Lap(0,1), P0 = Lap(a,1):
     remove (1-q)Q0 + qP0 || Q0, add Q0 || (1-q)Q0 + qP0.  The ratio p0/q0 is constant
     outside [0, a] (closed form there) and the middle is integrated by mpmath."""
@@ -219,6 +219,23 @@ def test_zhu_wang_above_exact_subsampled_laplace(q, a):
             assert convex[k] >= exact * (1 - 1e-12), (direction, alpha)
 
 
+@pytest.mark.parametrize("q, a", [(0.01, 0.5), (0.1, 1.0), (0.05, 3.0)])
+def test_fractional_orders_use_the_next_integer_order(q, a):
+    """At a fractional order the engine may take Zhu-Wang at the next integer order (the
+    Rényi divergence is non-decreasing in the order): still above the exact divergence,
+    and never above the joint-convexity bound."""
+    orders = np.array([1.5, 2.5, 4.25, 7.5, 11.5])
+    curve = R.rdp_of_component(Component(Laplace(scale=1.0 / a), q, 1), orders)
+    convex = R.convexity_subsampled_rdp(q, R.laplace_rdp(a, orders), orders)
+    ceiling = R.zhu_wang_subsampled_rdp(q, lambda l: R.laplace_rdp(a, l), np.ceil(orders))
+    assert np.allclose(curve.values, np.minimum(convex, ceiling), rtol=1e-12)
+    assert (curve.values < convex).any() and "zhu-wang at ceil(order)" in curve.details[0]
+    for k, alpha in enumerate(orders):
+        for direction in ("remove", "add"):
+            exact = _subsampled_laplace_divergence(q, a, float(alpha), direction)
+            assert curve.values[k] >= exact * (1 - 1e-12), (direction, alpha)
+
+
 @pytest.mark.parametrize("q, eps", [(0.01, 1.0), (0.2, 3.0), (0.7, 0.3)])
 def test_zhu_wang_above_exact_subsampled_randomized_response(q, eps):
     bound = R.zhu_wang_subsampled_rdp(q, lambda l: R.randomized_response_rdp(eps, l), INTEGERS)
@@ -303,7 +320,7 @@ def test_composition_and_sources():
     assert curve.sources[0] == "subsampled gaussian: exact (Mironov-Talwar-Zhang 2019)"
     assert curve.sources[1].startswith("subsampled laplace: upper bound (Zhu-Wang 2019")
     assert curve.details[0] is None and len(curve.details[1]) == orders.size
-    assert curve.details[1][1] == "zhu-wang" and curve.details[1][0] == "convexity"
+    assert curve.details[1][1] == "zhu-wang" and curve.details[1][0] in ("convexity", "zhu-wang at ceil(order)")
     assert np.array_equal(R.rdp(Composed([(g, 10), (lap, 3), (PureDP(0.1), 2)]), orders), curve.values)
     with pytest.raises(ValueError):
         curve.values[0] = 1.0  # read-only

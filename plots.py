@@ -1,0 +1,388 @@
+"""Pictures of privacy guarantees: profiles, ε over training, noise densities, RDP curves.
+
+Every function draws on a matplotlib ``Axes`` and returns it.  Without ``ax`` a new
+:class:`matplotlib.figure.Figure` is made directly (no pyplot, no display needed), so
+the functions work on headless machines; save with ``ax.figure.savefig(path)`` or
+:func:`save`.  In a notebook the returned axes' figure shows inline.
+
+What is drawn is what the engines certify: the PRV engine's band is its certified
+[lower, upper] bracket (Gopi, Lee, Wutschitz 2021, with the pessimistic / optimistic
+discretisations described in the README), the RDP curve is a certified upper bound
+(Canonne, Kamath, Steinke 2020 conversion), the Monte-Carlo band is a
+high-probability bracket (labelled so), and the pure engine's line is basic composition
+with amplification by subsampling.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from dpforge.accounting.api import ENGINES
+from dpforge.accounting.api import delta as account_delta
+from dpforge.accounting.api import delta_profile
+from dpforge.accounting.api import epsilon as account_epsilon
+from dpforge.accounting.plan import Plan
+from dpforge.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
+from dpforge.mechanisms.combinators import Composed, Description
+from dpforge.mechanisms.validation import require_positive, require_probability_open
+
+__all__ = [
+    "plot_epsilon_vs_steps",
+    "plot_noise_densities",
+    "plot_privacy_profile",
+    "plot_rdp_curves",
+    "save",
+]
+
+#: One colour per engine, the same on every figure.
+ENGINE_COLOURS = {"prv": "C0", "rdp": "C3", "montecarlo": "C2", "pure": "C1"}
+#: Line styles: PRV solid; the Monte-Carlo estimate dashed, so that where it sits on the
+#: PRV band both stay visible.
+ENGINE_STYLES = {"prv": "-", "rdp": "-", "montecarlo": "--", "pure": "-."}
+ENGINE_LABELS = {
+    "prv": "PRV (certified)",
+    "rdp": "RDP (certified upper)",
+    "montecarlo": "Monte-Carlo (high-probability)",
+    "pure": "pure DP (basic composition)",
+}
+
+
+def _axes(ax: Any = None, size: tuple[float, float] = (6.4, 4.2)) -> Any:
+    """``ax``, or the axes of a new pyplot-free figure."""
+    if ax is not None:
+        return ax
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=size, layout="constrained")
+    return figure.add_subplot()
+
+
+def _require_engines(engines: object) -> tuple[str, ...]:
+    if isinstance(engines, str):
+        engines = (engines,)
+    try:
+        names = tuple(engines)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"engines must be a sequence of engine names from {list(ENGINES)}, got {engines!r}") from None
+    if not names:
+        raise ValueError(f"engines must name at least one engine from {list(ENGINES)}")
+    for name in names:
+        if name not in ENGINES:
+            raise ValueError(f"engines must be names from {list(ENGINES)}, got {name!r}")
+    return names
+
+
+def _require_points(name: str, value: object, minimum: int = 2) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def _options_for(engine: str, engine_options: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
+    if engine_options is None:
+        return {}
+    if not isinstance(engine_options, Mapping):
+        raise ValueError("engine_options must map an engine name to a dict of its options")
+    return dict(engine_options.get(engine, {}))
+
+
+# --------------------------------------------------------------------------- privacy profile
+
+
+def privacy_profile(
+    description: Description,
+    epsilons: Sequence[float],
+    engine: str = "prv",
+    **engine_options: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Lower and upper bounds on δ(ε) at each of ``epsilons`` from one engine.
+
+    δ(ε) = sup over neighbours of E[(1 − e^{ε − L})₊] (the hockey-stick divergence; Balle
+    et al. 2018).  The RDP and pure engines give a trivial lower bound 0.
+    """
+    (engine,) = _require_engines((engine,))
+    if engine == "prv":
+        return delta_profile(description, epsilons, **engine_options)
+    lower, upper = [], []
+    for value in epsilons:
+        result = account_delta(description, float(value), engine=engine, **engine_options)
+        lower.append(result.lower)
+        upper.append(result.upper)
+    return np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
+
+
+def _default_epsilons(description: Description, engine: str, options: dict[str, Any], points: int) -> np.ndarray:
+    """From a tenth of ε(1e-3) to ε(1e-9) of the first engine: the range where δ matters."""
+    top = account_epsilon(description, 1e-9, engine=engine, **options).upper
+    low = account_epsilon(description, 1e-3, engine=engine, **options).upper
+    if not (math.isfinite(top) and top > 0):
+        raise ValueError(f"the {engine} engine gives no finite epsilon at delta=1e-9 for this description; pass epsilons")
+    return np.linspace(min(0.1 * low, 0.1 * top), top, points)
+
+
+def plot_privacy_profile(
+    description: Description,
+    *,
+    engines: Sequence[str] = ("prv", "rdp"),
+    epsilons: Sequence[float] | None = None,
+    points: int = 25,
+    engine_options: Mapping[str, Mapping[str, Any]] | None = None,
+    ax: Any = None,
+) -> Any:
+    """Privacy profile δ(ε) of ``description`` from several engines on one log-scale axes.
+
+    Each engine with a non-trivial lower bound (PRV, Monte-Carlo) is drawn as a band from
+    its lower to its upper bound; the others as their upper bound.  ``epsilons`` defaults
+    to ``points`` values spanning where δ runs from about 1e-3 to 1e-9 under the first
+    engine.  ``engine_options`` maps an engine name to its options (e.g.
+    ``{"montecarlo": {"samples": 100_000, "seed": 1}}``).
+    """
+    names = _require_engines(engines)
+    points = _require_points("points", points)
+    if epsilons is None:
+        grid = _default_epsilons(description, names[0], _options_for(names[0], engine_options), points)
+    else:
+        grid = np.asarray(epsilons, dtype=float)
+        if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
+            raise ValueError("epsilons must be a non-empty sequence of finite numbers >= 0")
+    ax = _axes(ax)
+    for name in names:
+        lower, upper = privacy_profile(description, grid, name, **_options_for(name, engine_options))
+        colour, style = ENGINE_COLOURS[name], ENGINE_STYLES[name]
+        shown = upper > 0
+        ax.plot(grid[shown], upper[shown], color=colour, linestyle=style, label=ENGINE_LABELS[name])
+        if np.any(lower > 0):
+            band = lower > 0
+            ax.fill_between(grid[band], lower[band], upper[band], color=colour, alpha=0.25, linewidth=0)
+            ax.plot(grid[band], lower[band], color=colour, linestyle=":", linewidth=1)
+    ax.set_yscale("log")
+    ax.set_xlabel("ε")
+    ax.set_ylabel("δ(ε)")
+    ax.set_title("Privacy profile (bands: certified or high-probability [lower, upper])")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return ax
+
+
+# --------------------------------------------------------------------------- epsilon over training
+
+
+def _checkpoints(steps: int, points: int) -> np.ndarray:
+    """Checkpoints 1 ≤ t ≤ ``steps``, spaced evenly on a log scale (integers, no repeats)."""
+    checkpoints = np.unique(np.round(np.geomspace(1, steps, points)).astype(int))
+    return checkpoints[checkpoints >= 1]
+
+
+def epsilon_over_steps(
+    plan_or_step: Plan | Description,
+    *,
+    steps: int | None = None,
+    delta: float | None = None,
+    engine: str = "prv",
+    points: int = 24,
+    **engine_options: Any,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Checkpoints (cumulative steps) and the lower and upper ε(δ) after each.
+
+    ``plan_or_step`` is a :class:`~dpforge.accounting.plan.Plan` (its phases run in
+    order; ``delta`` defaults to the plan's) or the description of ONE step, repeated
+    ``steps`` times.  Composition is adaptive (sequential) composition of the steps.
+    """
+    (engine,) = _require_engines((engine,))
+    points = _require_points("points", points)
+    if isinstance(plan_or_step, Plan):
+        if steps is not None:
+            raise ValueError("steps applies to a single-step description; a plan has its own steps")
+        delta = plan_or_step.delta if delta is None else require_probability_open("delta", delta)
+        phases = [(phase.description().parts[0][0], phase.steps) for phase in plan_or_step.phases]
+    else:
+        if steps is None:
+            raise ValueError("steps is required with a single-step description (an integer >= 1)")
+        steps = _require_points("steps", steps, minimum=1)
+        if delta is None:
+            raise ValueError("delta is required with a single-step description (a number in (0, 1))")
+        delta = require_probability_open("delta", delta)
+        phases = [(plan_or_step, steps)]
+    total = sum(count for _, count in phases)
+    checkpoints = _checkpoints(total, points)
+    lower, upper = [], []
+    for checkpoint in checkpoints:
+        parts, remaining = [], int(checkpoint)
+        for step, count in phases:
+            if remaining <= 0:
+                break
+            parts.append((step, min(count, remaining)))
+            remaining -= count
+        result = account_epsilon(Composed(parts), delta, engine=engine, **engine_options)
+        lower.append(result.lower)
+        upper.append(result.upper)
+    return checkpoints, np.asarray(lower, dtype=float), np.asarray(upper, dtype=float)
+
+
+def plot_epsilon_vs_steps(
+    plan_or_step: Plan | Description,
+    *,
+    steps: int | None = None,
+    delta: float | None = None,
+    engines: Sequence[str] = ("prv",),
+    points: int = 24,
+    engine_options: Mapping[str, Mapping[str, Any]] | None = None,
+    budget_epsilon: float | None = None,
+    ax: Any = None,
+) -> Any:
+    """ε(δ) after each checkpoint of a plan (or of ``steps`` repeats of one step).
+
+    Bands as in :func:`plot_privacy_profile`; phase boundaries of a plan are marked with
+    vertical lines, and the budget (``budget_epsilon``, default the plan's) with a
+    horizontal one.
+    """
+    names = _require_engines(engines)
+    ax = _axes(ax)
+    for name in names:
+        checkpoints, lower, upper = epsilon_over_steps(
+            plan_or_step, steps=steps, delta=delta, engine=name, points=points, **_options_for(name, engine_options)
+        )
+        colour, style = ENGINE_COLOURS[name], ENGINE_STYLES[name]
+        ax.plot(checkpoints, upper, color=colour, linestyle=style, marker=".", label=ENGINE_LABELS[name])
+        if np.any(lower > 0):
+            ax.fill_between(checkpoints, lower, upper, color=colour, alpha=0.25, linewidth=0)
+    if isinstance(plan_or_step, Plan):
+        boundary = 0
+        for phase in plan_or_step.phases[:-1]:
+            boundary += phase.steps
+            ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
+        if budget_epsilon is None:
+            budget_epsilon = plan_or_step.budget_epsilon
+        shown_delta = plan_or_step.delta if delta is None else delta
+    else:
+        shown_delta = delta
+    if budget_epsilon is not None:
+        budget_epsilon = require_positive("budget_epsilon", budget_epsilon)
+        ax.axhline(budget_epsilon, color="black", linestyle="--", linewidth=1, label=f"budget ε = {budget_epsilon:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel("steps")
+    ax.set_ylabel(f"ε at δ = {shown_delta:.3g}")
+    ax.set_title("Privacy spent over training")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return ax
+
+
+# --------------------------------------------------------------------------- noise densities
+
+
+def noise_density(mechanism: Mechanism, x: np.ndarray) -> np.ndarray:
+    """Density of one coordinate of the additive noise of ``mechanism`` at ``x``.
+
+    Gaussian: N(0, (σ·Δ)²); Laplace: exp(−|x|/b)/(2b); LMO: the closed-form mixture
+    density (Yang et al. 2024; ``LMO.pdf``).
+    """
+    x = np.asarray(x, dtype=float)
+    if isinstance(mechanism, Gaussian):
+        std = mechanism.noise_multiplier * mechanism.sensitivity
+        return np.exp(-0.5 * (x / std) ** 2) / (std * math.sqrt(2.0 * math.pi))
+    if isinstance(mechanism, Laplace):
+        return np.exp(-np.abs(x) / mechanism.scale) / (2.0 * mechanism.scale)
+    if hasattr(mechanism, "pdf"):
+        return np.asarray(mechanism.pdf(x), dtype=float)
+    raise ValueError(f"mechanisms must be Gaussian, Laplace or LMO noise, got {type(mechanism).__name__}")
+
+
+def _noise_std(mechanism: Mechanism) -> float:
+    if isinstance(mechanism, Gaussian):
+        return mechanism.noise_multiplier * mechanism.sensitivity
+    if isinstance(mechanism, Laplace):
+        return math.sqrt(2.0) * mechanism.scale
+    if hasattr(mechanism, "std"):
+        return float(mechanism.std())
+    raise ValueError(f"mechanisms must be Gaussian, Laplace or LMO noise, got {type(mechanism).__name__}")
+
+
+def _display_half_width(mechanism: Mechanism, std: float) -> float:
+    """6 standard deviations, or (infinite variance) where P(X > x) falls to 1e-4."""
+    if math.isfinite(std):
+        return 6.0 * std
+    high = 1.0
+    while float(mechanism.sf(high)) > 1e-4 and high < 1e12:
+        high *= 2.0
+    return high
+
+
+def plot_noise_densities(
+    mechanisms: Mapping[str, Mechanism],
+    *,
+    x_max: float | None = None,
+    log_scale: bool = True,
+    points: int = 801,
+    ax: Any = None,
+) -> Any:
+    """Densities of the noise of each named mechanism, on a log scale by default.
+
+    The log scale shows the tails, which decide privacy (light Gaussian tails need a
+    wider bulk) and utility (heavy LMO tails mean occasional large errors).  ``x_max``
+    defaults to 6 standard deviations of the widest noise.  Labels carry each noise's
+    standard deviation.
+    """
+    if not isinstance(mechanisms, Mapping) or not mechanisms:
+        raise ValueError("mechanisms must be a non-empty mapping of label -> Gaussian, Laplace or LMO")
+    points = _require_points("points", points, minimum=3)
+    stds = {label: _noise_std(mechanism) for label, mechanism in mechanisms.items()}
+    if x_max is None:
+        x_max = max(_display_half_width(mechanism, stds[label]) for label, mechanism in mechanisms.items())
+    x_max = require_positive("x_max", x_max)
+    x = np.linspace(-x_max, x_max, points)
+    ax = _axes(ax)
+    for label, mechanism in mechanisms.items():
+        ax.plot(x, noise_density(mechanism, x), label=f"{label} (std {stds[label]:.3g})")
+    if log_scale:
+        ax.set_yscale("log")
+        floor = max(1e-12, ax.get_ylim()[0])
+        ax.set_ylim(bottom=floor)
+    ax.set_xlabel("noise value (one coordinate)")
+    ax.set_ylabel("density")
+    ax.set_title("Noise densities")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return ax
+
+
+# --------------------------------------------------------------------------- RDP curves
+
+
+def plot_rdp_curves(
+    descriptions: Mapping[str, Description],
+    *,
+    orders: Sequence[float] | None = None,
+    ax: Any = None,
+) -> Any:
+    """Rényi-DP curves α ↦ ε_α of named descriptions (composed, adaptive composition by
+    summation, Mironov 2017 Prop. 1), log–log axes.  Infinite orders are left out."""
+    if not isinstance(descriptions, Mapping) or not descriptions:
+        raise ValueError("descriptions must be a non-empty mapping of label -> description")
+    alpha = DEFAULT_ORDERS if orders is None else orders
+    ax = _axes(ax)
+    for label, description in descriptions.items():
+        curve = rdp_curve(description, alpha)
+        finite = np.isfinite(curve.values) & (curve.values > 0)
+        ax.plot(curve.orders[finite], curve.values[finite], marker=".", label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("order α")
+    ax.set_ylabel("Rényi divergence bound ε_α")
+    ax.set_title("RDP curves")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return ax
+
+
+def save(ax: Any, path: str | os.PathLike[str], *, dpi: int = 120) -> str:
+    """Write the figure of ``ax`` to ``path`` (format from the suffix); return the path."""
+    path = os.fspath(path)
+    ax.figure.savefig(path, dpi=dpi)
+    return path
+
