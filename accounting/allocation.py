@@ -72,8 +72,9 @@ def _positive_array(name: str, values: Sequence[float]) -> np.ndarray:
 
 
 def effective_noise_multiplier(thresholds: Sequence[float], noise_stds: Sequence[float]) -> float:
-    """Equation (1): the noise multiplier of the single Gaussian mechanism equivalent to
-    group noises ``noise_stds`` (s_k) on groups clipped at ``thresholds`` (C_k)."""
+    """Equation (1) of the module docstring, (sum_k (C_k / s_k)^2)^(-1/2): the noise
+    multiplier of the single Gaussian mechanism equivalent to group noises ``noise_stds``
+    (s_k) on groups clipped at ``thresholds`` (C_k) (group-wise clipping, He et al. 2023)."""
     c = _positive_array("thresholds", thresholds)
     s = _positive_array("noise_stds", noise_stds)
     if c.size != s.size:
@@ -150,7 +151,8 @@ def allocate_noise(
 def gradient_noise_multiplier(noise_multiplier: float, count_noise_std: float, groups: int = 1) -> float:
     """Equation (2): the gradient noise multiplier z that leaves the step at the budget of
     ``noise_multiplier`` once ``groups`` clipped counts with noise ``count_noise_std``
-    (sigma_b) are released too.  Refuses when the counts use the whole budget."""
+    (sigma_b) are released too (Andrew et al. 2019, Thm. 1, for groups = 1).  Refuses when
+    the counts use the whole budget."""
     sigma = require_positive("noise_multiplier", noise_multiplier)
     sigma_b = require_positive("count_noise_std", count_noise_std)
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:

@@ -32,10 +32,12 @@ class DiscreteLoss:
 
     @property
     def support(self) -> tuple[float, float]:
+        """(first position, last position), or +inf as the upper end when there is mass at +inf."""
         return float(self.positions[0]), (np.inf if self.infinity > 0 else float(self.positions[-1]))
 
     @property
     def atoms(self) -> tuple[float, ...]:
+        """Always empty: the grid atoms are treated as a continuous law when choosing a grid phase."""
         # dense atoms on a fine grid behave like a continuous law for grid-phase purposes
         return ()
 
@@ -51,23 +53,31 @@ class DiscreteLoss:
         )
 
     def cdf(self, ell, under: str = "P") -> np.ndarray:
+        """Pr(L <= l) under P (``under="P"``) or under the tilted Q-measure."""
         cdf_p, _, cdf_q, _ = self.distribution_functions(ell)
         return cdf_p if under == "P" else cdf_q
 
     def sf(self, ell, under: str = "P") -> np.ndarray:
+        """Pr(L > l) under P (including the mass at +inf) or under the Q-measure."""
         _, sf_p, _, sf_q = self.distribution_functions(ell)
         return sf_p if under == "P" else sf_q
 
     def quantile(self, level: float) -> float:
+        """Smallest position whose cumulative P-mass is >= ``level`` times the total
+        P-mass (the mass at +inf included in the total)."""
         total = self._cum_p[-1] + self.infinity
         index = int(np.searchsorted(self._cum_p[1:], level * total, side="left"))
         return float(self.positions[min(index, self.positions.size - 1)])
 
     def lower_quantile(self, tail: float) -> float:
+        """A point just (1e-12) below the first position whose cumulative P-mass exceeds
+        ``tail``, so that Pr_P(L <= point) <= tail."""
         index = int(np.searchsorted(self._cum_p[1:], tail, side="right"))
         return float(self.positions[min(index, self.positions.size - 1)] - 1e-12)
 
     def upper_quantile(self, tail: float) -> float:
+        """First position above which the finite P-mass is <= ``tail``; the last position
+        when the mass at +inf alone exceeds ``tail``."""
         if self.infinity > tail:
             return float(self.positions[-1])
         index = int(np.searchsorted(-self._tail_p[1:], -tail, side="left"))

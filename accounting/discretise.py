@@ -46,13 +46,17 @@ class GridMeasure:
 
     @property
     def positions(self) -> np.ndarray:
+        """Loss values of the masses: (first_index + j) * step - shift, j = 0..len(masses)-1."""
         return (self.first_index + np.arange(self.masses.size)) * self.step - self.shift
 
     @property
     def total_mass(self) -> float:
+        """Sum of the finite masses (the atom at +inf not included)."""
         return float(self.masses.sum())
 
     def mean_index(self) -> float:
+        """Mass-weighted mean grid index of the finite masses (``first_index`` when the
+        measure is empty)."""
         total = self.masses.sum()
         if total <= 0:
             return float(self.first_index)
@@ -73,7 +77,10 @@ def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.n
 
 
 def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> GridMeasure:
-    """Connect-the-dots pessimistic measure on the grid k*step, k = floor(low/step)..ceil(high/step)."""
+    """Connect-the-dots pessimistic measure on the grid k*step, k = floor(low/step)..ceil(high/step)
+    (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022): each cell's P- and Q-mass split
+    between its two ends, mass below the grid rounded up to its first point, mass above
+    it moved to +inf."""
     k_lo = int(np.floor(low / step))
     k_hi = max(int(np.ceil(high / step)), k_lo + 1)
     grid = np.arange(k_lo, k_hi + 1) * step

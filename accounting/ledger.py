@@ -31,6 +31,8 @@ class LedgerEntry:
     steps: int
 
     def description(self) -> Composed:
+        """``Composed([(step, steps)])`` with step the mechanism, Poisson-subsampled when
+        ``sampling_rate < 1``."""
         step = PoissonSampled(self.mechanism, self.sampling_rate) if self.sampling_rate < 1.0 else self.mechanism
         return Composed([(step, self.steps)])
 
@@ -94,16 +96,19 @@ class Ledger:
 
     @property
     def entries(self) -> tuple[LedgerEntry, ...]:
+        """The recorded phases in order (consecutive equal steps merged)."""
         return tuple(self._entries)
 
     @property
     def steps(self) -> int:
+        """Total number of recorded releases over all entries."""
         return sum(entry.steps for entry in self._entries)
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def description(self) -> Composed:
+        """The whole run as one :class:`Composed` description; ValueError when empty."""
         if not self._entries:
             raise ValueError("the ledger is empty: record at least one step before accounting")
         return Composed([part for entry in self._entries for part in entry.description().parts])
@@ -147,6 +152,7 @@ class Ledger:
         return plan
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"entries": [{"mechanism": {...}, "sampling_rate": q, "steps": n}, ...]}``."""
         return {
             "entries": [
                 {"mechanism": _mechanism_to_dict(e.mechanism), "sampling_rate": e.sampling_rate, "steps": e.steps}
@@ -155,10 +161,13 @@ class Ledger:
         }
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as JSON text."""
         return json.dumps(self.to_dict())
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Ledger":
+        """Inverse of :meth:`to_dict` (entries re-recorded, so equal neighbours merge);
+        malformed entries are a one-line ValueError naming the entry."""
         if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
             raise ValueError("a ledger must be an object with an 'entries' list")
         ledger = cls()

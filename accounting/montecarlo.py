@@ -229,14 +229,20 @@ class StepSampler:
         return float(self.loss.support[1])
 
     def log_mgf(self, lam: float) -> float:
+        """log M(lam) = log E_P[e^{lam L}] of one step (an upper bound suffices); the base
+        class supports only lam = 0 (returns 0) and raises ValueError otherwise."""
         if lam == 0:
             return 0.0
         raise ValueError(f"{type(self).__name__} does not support tilting")
 
     def table(self, lam: float) -> StepTable | None:
+        """The :class:`StepTable` of the lam-tilted one-step law for the numba kernel, or
+        None when the sampler only offers a NumPy :meth:`draw`."""
         return None
 
     def draw(self, size: int, rng: np.random.Generator, lam: float = 0.0) -> np.ndarray:  # pragma: no cover
+        """``size`` independent one-step losses L drawn from the lam-tilted law
+        p e^{lam L} / M(lam) (the plain law under P for lam = 0)."""
         raise NotImplementedError
 
 
@@ -329,6 +335,9 @@ class NumpyStepSampler(StepSampler):
         return self._cache[lam]
 
     def log_mgf(self, lam: float) -> float:
+        """Upper bound on log E_P[e^{lam L}] from the quadrature normalisers (0 at lam = 0);
+        tilts needing more than ``_MAX_PROPOSALS`` proposals per step get +1e6, pricing
+        them out; ValueError for lam != 0 when r is unbounded."""
         if lam == 0:
             return 0.0
         if self.tilt == "none":
@@ -345,6 +354,8 @@ class NumpyStepSampler(StepSampler):
         return np.asarray(self.draw_base(self.pair, under, size, rng), dtype=float)
 
     def draw(self, size: int, rng: np.random.Generator, lam: float = 0.0) -> np.ndarray:
+        """``size`` one-step losses: plain draws under P for lam = 0, otherwise exact draws
+        of the lam-tilted law by rejection from the pair's P0/Q0 draws (class docstring)."""
         if lam == 0:
             if self.direction == "remove" and self.q < 1.0:
                 chosen = rng.random(size) < self.q
@@ -535,6 +546,7 @@ class RandomizedResponseStepSampler(_FastSampler):
 
     @property
     def max_loss(self) -> float:
+        """Largest one-step loss in the sampled mode: the larger of +-log(1 - q + q e^{+-eps})."""
         eps, q = float(self.pair.epsilon), self.q
         return max(self.sign * float(_ell(eps, q)), self.sign * float(_ell(-eps, q)))
 
@@ -1000,7 +1012,9 @@ def epsilon(
     importance_sampling: bool = True,
     **unknown: Any,
 ) -> MonteCarloEpsilonResult:
-    """High-probability bounds on eps(delta) of a composed description (module docstring).
+    """High-probability bounds on eps(delta) of a composed description (module docstring:
+    the importance-sampled estimator of Wang et al. 2023 with the empirical Bernstein
+    bound of Maurer & Pontil 2009, Thm. 4).
 
     With probability at least ``confidence`` over the sampling, eps(delta) <= ``upper``
     (and, separately, >= ``lower``).  ``samples`` composed-loss samples per sampled
@@ -1126,7 +1140,8 @@ def delta(
     importance_sampling: bool = True,
     **unknown: Any,
 ) -> MonteCarloDeltaResult:
-    """High-probability bounds on delta(epsilon) (module docstring).
+    """High-probability bounds on delta(epsilon) (module docstring: Wang et al. 2023
+    estimator, Maurer & Pontil 2009, Thm. 4 confidence bound).
 
     The tilt is the one minimising the moment bound B(epsilon) (no pilot); with
     probability at least ``confidence``, delta(epsilon) <= ``upper`` (and separately

@@ -45,6 +45,8 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
         self.relative_accuracy = relative_accuracy
 
     def step(self, *, noise_multiplier: float, sample_rate: float) -> None:
+        """Record one Poisson-subsampled Gaussian step (merged into the last history entry
+        when noise_multiplier and sample_rate are equal to it)."""
         noise_multiplier = require_non_negative("noise_multiplier", noise_multiplier)
         sample_rate = require_sampling_rate("sample_rate", sample_rate)
         if self.history and self.history[-1][:2] == (noise_multiplier, sample_rate):
@@ -58,6 +60,7 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
 
     @classmethod
     def mechanism(cls) -> str:
+        """The name the accountant is registered under with Opacus: "dpforge"."""
         return MECHANISM_NAME
 
     def ledger(self) -> Ledger:
@@ -70,6 +73,8 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
         return ledger
 
     def get_epsilon_result(self, delta: float) -> EpsilonResult:
+        """Full :class:`EpsilonResult` (certified lower and upper bounds with the PRV
+        engine) for the recorded steps at ``delta``; ValueError after a noiseless step."""
         return self.ledger().epsilon(delta, engine=self.engine, **self._options())
 
     def get_epsilon(self, delta: float, *args: Any, **kwargs: Any) -> float:
@@ -85,12 +90,15 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
 
     # Opacus' IAccountant provides these; repeated so the class works without Opacus.
     def state_dict(self, destination: Any = None) -> Any:
+        """``destination`` (a new OrderedDict by default) with "history" and "mechanism" set."""
         destination = OrderedDict() if destination is None else destination
         destination["history"] = list(self.history)
         destination["mechanism"] = self.mechanism()
         return destination
 
     def load_state_dict(self, state_dict: Any) -> None:
+        """Restore ``history`` from :meth:`state_dict` output; ValueError without a history
+        or for another accountant's state."""
         if not state_dict or "history" not in state_dict:
             raise ValueError("state_dict must contain a 'history'")
         if state_dict.get("mechanism", MECHANISM_NAME) != MECHANISM_NAME:

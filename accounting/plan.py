@@ -408,6 +408,7 @@ class PhaseCheck:
     epsilon_lower: float
 
     def to_dict(self) -> dict[str, Any]:
+        """``{"phase", "index", "steps", "epsilon" (upper), "epsilon_lower"}`` for JSON output."""
         return {
             "phase": self.label,
             "index": self.index,
@@ -441,6 +442,8 @@ class VerifyReport:
         return self.epsilon_upper
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a dict ("epsilon" is the certified upper bound, "budget" the
+        budget epsilon or None, "phases" the per-phase :meth:`PhaseCheck.to_dict` rows)."""
         return {
             "epsilon": self.epsilon_upper,
             "epsilon_lower": self.epsilon_lower,

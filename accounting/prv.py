@@ -68,6 +68,9 @@ class ComposedProfile:
     grid_size: int
 
     def delta(self, epsilon: float) -> float:
+        """The profile at ``epsilon``: constant + sum_{x_j > eps} w_j (1 - e^{eps - x_j}),
+        clipped at 0 -- the hockey-stick divergence written through the privacy-loss
+        distribution (Sommer, Meiser, Mohammadi 2019; Koskela, Jälkö, Honkela 2020)."""
         active = self.positions > epsilon
         x = self.positions[active]
         value = self.constant + float(np.dot(self.weights[active], -np.expm1(epsilon - x)))
@@ -214,6 +217,9 @@ class ComposedMeasure:
     grid_size: int
 
     def upper_profile(self) -> ComposedProfile:
+        """Profile bounding delta(eps) from above for eps >= 0: weights max(p_j, 0) +
+        roundoff, plus the masses at +inf and above the window (and below it, when the
+        window starts above 0) as a constant."""
         # mass below the window is aliased into it (non-negative, so only raises the
         # sum); its own contribution is zero for eps >= 0 unless the window starts above 0
         below = self.below if self.positions[0] > 0 else 0.0
@@ -221,6 +227,8 @@ class ComposedMeasure:
         return ComposedProfile("upper", self.positions, weights, self.infinity + self.above + below, self.roundoff, self.grid_size)
 
     def lower_profile(self) -> ComposedProfile:
+        """Profile bounding delta(eps) from below: weights max(p_j - roundoff, 0), minus
+        the Chernoff bounds on the mass outside the window (which may have aliased in)."""
         weights = np.maximum(self.masses - self.roundoff, 0.0)
         return ComposedProfile("lower", self.positions, weights, -(self.above + self.below), self.roundoff, self.grid_size)
 
@@ -247,7 +255,9 @@ class ComposedMeasure:
 
 
 def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> ComposedMeasure:
-    """Compose ``count`` copies of each measure on one FFT window (see module docstring)."""
+    """Compose ``count`` copies of each measure on one FFT window: FFT composition of
+    privacy-loss distributions (Koskela, Jälkö, Honkela 2020) on a window set by Chernoff
+    bounds, with the aliasing argument of Gopi, Lee, Wutschitz 2021 (module docstring)."""
     step = measures[0][0].step
     lam = _chernoff_lambdas(measures, tail)
     cumulant = np.zeros(lam.shape)

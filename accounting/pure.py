@@ -45,7 +45,8 @@ AMPLIFICATION = "log(1 + q (e^eps - 1)) (Balle, Barthe, Gaboardi 2018)"
 
 
 def amplified_epsilon(epsilon: float, sampling_rate: float) -> float:
-    """eps' = log(1 + q (e^eps - 1)) of an eps-DP step under Poisson sampling with rate q."""
+    """eps' = log(1 + q (e^eps - 1)) of an eps-DP step under Poisson sampling with rate q
+    (amplification by subsampling, Balle, Barthe, Gaboardi 2018; add-or-remove relation)."""
     epsilon = require_non_negative("epsilon", epsilon)
     q = require_sampling_rate("sampling_rate", sampling_rate)
     if q >= 1.0:
@@ -161,7 +162,8 @@ def epsilon(description: Description, delta: float, **options) -> EpsilonResult:
 
 
 def delta(description: Description, epsilon: float, **options) -> DeltaResult:
-    """``upper`` = 0 at epsilon >= eps_0, else the RR(eps_0) profile (e^{eps_0} - e^eps)/(1 + e^{eps_0})."""
+    """``upper`` = 0 at epsilon >= eps_0, else the RR(eps_0) profile (e^{eps_0} - e^eps)/(1 + e^{eps_0})
+    (randomised response dominates every eps_0-DP mechanism, Kairouz, Oh, Viswanath 2015)."""
     _reject(options)
     epsilon = require_non_negative("epsilon", epsilon)
     components = flatten(description)
@@ -192,8 +194,9 @@ def calibrate_laplace_scale_pure(
     """Smallest Laplace scale whose basic composition with amplification meets ``target_epsilon``.
 
     Closed form: each step gets eps' = target/steps, the unsubsampled step needs
-    eps = log(1 + (e^{eps'} - 1)/q), and scale = sensitivity / eps (nudged up by ulps if
-    rounding put the recomputed epsilon above the target).
+    eps = log(1 + (e^{eps'} - 1)/q) (the amplification bound of Balle, Barthe, Gaboardi
+    2018, inverted), and scale = sensitivity / eps (nudged up by ulps if rounding put the
+    recomputed epsilon above the target).
     """
     target_epsilon = require_positive("target_epsilon", target_epsilon)
     q = require_sampling_rate("sampling_rate", sampling_rate)

@@ -123,7 +123,9 @@ def lmo_rdp_exact(mechanism: LMO, orders, shift: float | None = None) -> np.ndar
 
 
 def lmo_rdp_mgf_bound(mechanism: LMO, orders, shift: float | None = None) -> np.ndarray:
-    """Joint-convexity upper bound via the MGF of eta (+inf where it diverges)."""
+    """Joint-convexity upper bound via the MGF M of eta (+inf where it diverges):
+    D_a <= 1/(a-1) log( a/(2a-1) M((a-1) v) + (a-1)/(2a-1) M(-a v) ), the Laplace RDP of
+    Mironov 2017, Prop. 6, averaged over eta (module docstring)."""
     alpha = require_orders(orders)
     v = _shift(mechanism, shift)
     with np.errstate(over="ignore", invalid="ignore"):
@@ -135,7 +137,9 @@ def lmo_rdp_mgf_bound(mechanism: LMO, orders, shift: float | None = None) -> np.
 
 
 def lmo_pure_cap(mechanism: LMO, orders, shift: float | None = None) -> np.ndarray:
-    """The randomised-response bound at eps0 = log f(0)/f(v)."""
+    """The randomised-response bound at eps0 = log f(0)/f(v): LMO is eps0-DP and RR(eps0)
+    dominates every eps0-DP pair (Kairouz, Oh, Viswanath 2015); see
+    :func:`~dpforge.accounting.rdp.randomized_response_rdp`."""
     v = _shift(mechanism, shift)
     eps0 = float(mechanism.logpdf(0.0) - mechanism.logpdf(v))
     return randomized_response_rdp(eps0, require_orders(orders))

@@ -39,11 +39,13 @@ class EpsilonResult:
         return self.upper
 
     def to_dict(self) -> dict[str, Any]:
+        """All fields plus ``"epsilon"`` (= ``upper``) first; non-finite floats as strings."""
         data = asdict(self)
         data = {"epsilon": self.upper, **data}
         return json_ready(data)
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as strict JSON text."""
         return json.dumps(self.to_dict())
 
     def __str__(self) -> str:
@@ -68,14 +70,17 @@ class DeltaResult:
 
     @property
     def delta(self) -> float:
+        """The certified upper bound on delta (what a budget is checked against)."""
         return self.upper
 
     def to_dict(self) -> dict[str, Any]:
+        """All fields plus ``"delta"`` (= ``upper``) first; non-finite floats as strings."""
         data = asdict(self)
         data = {"delta": self.upper, **data}
         return json_ready(data)
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as strict JSON text."""
         return json.dumps(self.to_dict())
 
     def __str__(self) -> str:
@@ -100,9 +105,11 @@ class CalibrationResult:
     lower: float = float("nan")
 
     def to_dict(self) -> dict[str, Any]:
+        """All fields as a dict; non-finite floats as strings."""
         return json_ready(asdict(self))
 
     def to_json(self) -> str:
+        """:meth:`to_dict` as strict JSON text."""
         return json.dumps(self.to_dict())
 
     def __str__(self) -> str:

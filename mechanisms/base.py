@@ -26,6 +26,8 @@ class Mechanism:
     symmetric: bool = True
 
     def dominating_pair(self) -> MonotonePair:  # pragma: no cover - abstract
+        """The base pair (P0, Q0) with monotone log-likelihood ratio that dominates this
+        release (subclasses implement it)."""
         raise NotImplementedError
 
     def privacy_loss_distribution(self, direction: Direction = "remove") -> PrivacyLoss:
@@ -53,6 +55,8 @@ class Gaussian(Mechanism):
         require_positive("sensitivity", self.sensitivity)
 
     def dominating_pair(self) -> GaussianPair:
+        """``GaussianPair(mu=1/noise_multiplier)``: N(1/sigma, 1) vs N(0, 1); the
+        sensitivity cancels because the noise std scales with it."""
         return GaussianPair(mu=1.0 / float(self.noise_multiplier))
 
 
@@ -80,6 +84,8 @@ class Laplace(Mechanism):
             raise ValueError(f"norm must be one of l1, l2, got {self.norm!r}")
 
     def dominating_pair(self) -> LaplacePair:
+        """``LaplacePair(a=sensitivity/scale)``: Lap(a, 1) vs Lap(0, 1); raises
+        ValueError for ``dimension != 1`` (a vector release has no scalar pair)."""
         if self.dimension != 1:
             raise ValueError(
                 f"Laplace with dimension={self.dimension} has no one-dimensional dominating pair: "
@@ -103,6 +109,8 @@ class PureDP(Mechanism):
         require_non_negative("epsilon", self.epsilon)
 
     def dominating_pair(self) -> RandomizedResponsePair:
+        """``RandomizedResponsePair(epsilon)``, which dominates every epsilon-DP
+        mechanism (Kairouz, Oh, Viswanath 2015)."""
         return RandomizedResponsePair(epsilon=float(self.epsilon))
 
 

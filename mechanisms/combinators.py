@@ -46,10 +46,13 @@ class PoissonSampled:
         return inner, rate
 
     def privacy_loss_distribution(self, direction: Direction = "remove") -> PrivacyLoss:
+        """Law of the privacy loss of the innermost mechanism's dominating pair at the
+        overall sampling rate, in one neighbouring direction."""
         mechanism, rate = self.base()
         return PrivacyLoss(mechanism.dominating_pair(), rate, direction)
 
     def privacy_loss(self, x: np.ndarray | float, direction: Direction = "remove") -> np.ndarray:
+        """L(x) = log p(x)/q(x) of the subsampled pair at an output x of the base pair."""
         return self.privacy_loss_distribution(direction).privacy_loss(x)
 
 
@@ -94,6 +97,7 @@ class Component:
     count: int
 
     def privacy_loss_distribution(self, direction: Direction) -> PrivacyLoss:
+        """Law of the privacy loss of one run of this component in one direction."""
         return PrivacyLoss(self.mechanism.dominating_pair(), self.sampling_rate, direction)
 
     @property

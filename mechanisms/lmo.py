@@ -37,12 +37,15 @@ _X_POINTS = 2049
 
 
 def require_norm(name: str, value: object) -> str:
+    """``value`` as a str when it is one of :data:`NORMS` ("l1", "l2"); otherwise a
+    one-line ValueError naming ``name``."""
     if value not in NORMS:
         raise ValueError(f"{name} must be one of {', '.join(NORMS)}, got {value!r}")
     return str(value)
 
 
 def require_dimension(name: str, value: object) -> int:
+    """``value`` as an int >= 1 (the number of noised coordinates), via ``require_count``."""
     return require_count(name, value)
 
 
@@ -72,7 +75,8 @@ def _require_weights(weights: object) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class LMO(Mechanism):
-    """Laplace noise with inverse scale eta ~ w_1 Gamma(k, theta) + w_2 Exp(lam) + w_3 U(lo, hi).
+    """Laplace noise with inverse scale eta ~ w_1 Gamma(k, theta) + w_2 Exp(lam) + w_3 U(lo, hi)
+    (the LMO noise of Yang et al. 2024, "LMO-DP", with eta drawn from a mixture).
 
     ``weights`` are (gamma, exponential, uniform), non-negative and summing to 1 (a zero
     drops the component).  ``gamma_shape`` k and ``gamma_scale`` theta parametrise the
@@ -106,6 +110,7 @@ class LMO(Mechanism):
     # -- the noise law ----------------------------------------------------------------
     @property
     def packed(self) -> np.ndarray:
+        """The parameter array the numba kernels take (:func:`lmo_density.pack`)."""
         return kernels.pack(
             self.weights, self.gamma_shape, self.gamma_scale, self.exponential_rate, self.uniform_low, self.uniform_high
         )
@@ -121,6 +126,7 @@ class LMO(Mechanism):
         return kernels.log_density_array(t.ravel(), self.packed).reshape(t.shape)
 
     def pdf(self, x: np.ndarray | float) -> np.ndarray:
+        """Density of one coordinate of the noise at x, exp(:meth:`logpdf`)."""
         return np.exp(self.logpdf(x))
 
     def log_abs_sf(self, t: np.ndarray | float) -> np.ndarray:
@@ -184,6 +190,7 @@ class LMO(Mechanism):
         return self._inverse_moment(1)
 
     def std(self) -> float:
+        """Standard deviation of one coordinate, sqrt(:meth:`variance`) (may be infinite)."""
         return math.sqrt(self.variance())
 
     def _inverse_moment(self, order: int) -> float:
@@ -253,6 +260,8 @@ class LMO(Mechanism):
         )
 
     def dominating_pair(self) -> "LMOPair":
+        """The shifted pair :class:`LMOPair` (noise + sensitivity vs noise), cached per
+        mechanism; raises ValueError for ``dimension != 1``."""
         if self.dimension != 1:
             raise ValueError(
                 f"LMO with dimension={self.dimension} has no one-dimensional dominating pair: "
@@ -262,6 +271,7 @@ class LMO(Mechanism):
         return _cached_pair(self)
 
     def to_dict(self) -> dict:
+        """JSON-ready dict of all fields with ``"mechanism": "lmo"``; :meth:`from_dict` inverts it."""
         return {
             "mechanism": "lmo",
             "weights": list(self.weights),
@@ -327,6 +337,7 @@ class LMOPair(MonotonePair):
         return hash(("LMOPair", self.mechanism))
 
     def log_likelihood_ratio(self, x):
+        """r(x) = log f(x - a) - log f(x), f the LMO noise density."""
         x = _as_array(x)
         return self.mechanism.logpdf(x - self.a) - self.mechanism.logpdf(x)
 
@@ -338,12 +349,16 @@ class LMOPair(MonotonePair):
         return cdf.reshape(c.shape), sf.reshape(c.shape)
 
     def r_cdf(self, c, under: Under, inclusive: bool = True):
+        """Pr(r <= c) under Q0, or under P0 via Pr_P0(r <= c) = Pr_Q0(r >= -c); r is
+        continuous, so ``inclusive`` does not matter."""
         c = _as_array(c)
         if under == "Q":
             return self._q0(c)[0]
         return self._q0(-c)[1]  # Pr_P0(r <= c) = Pr_Q0(r >= -c); r is continuous
 
     def r_sf(self, c, under: Under, inclusive: bool = False):
+        """Pr(r > c) under Q0, or under P0 via Pr_P0(r > c) = Pr_Q0(r < -c), each from its
+        own tails; ``inclusive`` does not matter."""
         c = _as_array(c)
         if under == "Q":
             return self._q0(c)[1]

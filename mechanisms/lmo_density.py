@@ -156,6 +156,7 @@ def central(t: float, p: np.ndarray) -> float:
 
 @numba.njit(cache=True)
 def tail(t: float, p: np.ndarray) -> float:
+    """S(t) = Pr(|X| > t) = E[e^{-eta t}], i.e. exp(log_tail(t, p))."""
     return math.exp(log_tail(t, p))
 
 
@@ -291,6 +292,7 @@ def _r_masses_q0(c, a, h_inf, tail_a, p, s_grid, h_table, x_grid, m_table):
 
 @numba.njit(cache=True)
 def log_density_array(t: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """:func:`log_density` at each t = |x| of a 1-d array."""
     out = np.empty(t.size)
     for i in range(t.size):
         out[i] = log_density(t[i], p)
@@ -299,6 +301,7 @@ def log_density_array(t: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True)
 def log_tail_array(t: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """:func:`log_tail` (log Pr(|X| > t)) at each t >= 0 of a 1-d array."""
     out = np.empty(t.size)
     for i in range(t.size):
         out[i] = log_tail(t[i], p)
@@ -307,6 +310,7 @@ def log_tail_array(t: np.ndarray, p: np.ndarray) -> np.ndarray:
 
 @numba.njit(cache=True)
 def central_array(t: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """:func:`central` (Pr(|X| <= t)) at each t >= 0 of a 1-d array."""
     out = np.empty(t.size)
     for i in range(t.size):
         out[i] = central(t[i], p)

@@ -565,12 +565,15 @@ class LMOSearchResult:
     engine: str = "prv"
 
     def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field; the mechanism as :meth:`LMO.to_dict` and
+        non-finite floats as the strings 'inf', '-inf', 'nan'."""
         data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         data["mechanism"] = self.mechanism.to_dict()
         data["components"] = list(self.components)
         return {key: _finite_or_str(value) for key, value in data.items()}
 
     def to_json(self, indent: int | None = None) -> str:
+        """:meth:`to_dict` as strict JSON text (no NaN/Infinity literals)."""
         return json.dumps(self.to_dict(), allow_nan=False, indent=indent)
 
     @classmethod

@@ -71,6 +71,7 @@ class GaussianPair(MonotonePair):
     r_max = np.inf
 
     def log_likelihood_ratio(self, x):
+        """r(x) = mu x - mu^2/2 = log N(x; mu, 1) / N(x; 0, 1)."""
         return self.mu * _as_array(x) - 0.5 * self.mu**2
 
     def _z(self, c, under: Under) -> np.ndarray:
@@ -79,9 +80,13 @@ class GaussianPair(MonotonePair):
         return c / self.mu + shift
 
     def r_cdf(self, c, under, inclusive=True):
+        """Pr(r <= c) = Phi(c/mu -+ mu/2) under P0 (minus) or Q0 (plus); r is continuous,
+        so ``inclusive`` does not matter."""
         return special.ndtr(self._z(c, under))
 
     def r_sf(self, c, under, inclusive=False):
+        """Pr(r > c) = Phi(-(c/mu -+ mu/2)) under P0 (minus) or Q0 (plus), computed
+        directly so it is accurate in the upper tail; ``inclusive`` does not matter."""
         return special.ndtr(-self._z(c, under))
 
 
@@ -97,17 +102,21 @@ class LaplacePair(MonotonePair):
 
     @property
     def r_min(self) -> float:  # type: ignore[override]
+        """Smallest value of r: -a (taken with positive probability, on x <= 0)."""
         return -self.a
 
     @property
     def r_max(self) -> float:  # type: ignore[override]
+        """Largest value of r: +a (taken with positive probability, on x >= a)."""
         return self.a
 
     @property
     def atoms(self) -> tuple[float, ...]:
+        """The two atoms of r, (-a, +a)."""
         return (-self.a, self.a)
 
     def log_likelihood_ratio(self, x):
+        """r(x) = |x| - |x - a| = log Lap(x; a, 1) / Lap(x; 0, 1)."""
         x = _as_array(x)
         return np.abs(x) - np.abs(x - self.a)
 
@@ -125,6 +134,9 @@ class LaplacePair(MonotonePair):
         return x - self.a if under == "P" else x
 
     def r_cdf(self, c, under, inclusive=True):
+        """Pr(r <= c) (inclusive) or Pr(r < c) under P0 or Q0: the Laplace CDF at
+        x = (c + a)/2 (shifted by -a under P0), with the atoms at -a and +a counted
+        according to ``inclusive``."""
         c = _as_array(c)
         inside = self._cdf0(self._x_of(np.clip(c, -self.a, self.a), under))
         if inclusive:
@@ -132,6 +144,9 @@ class LaplacePair(MonotonePair):
         return np.where(c <= -self.a, 0.0, np.where(c > self.a, 1.0, inside))
 
     def r_sf(self, c, under, inclusive=False):
+        """Pr(r > c), or Pr(r >= c) when ``inclusive``, under P0 or Q0: the Laplace
+        survival function at x = (c + a)/2 (shifted by -a under P0), computed directly so
+        it is accurate in the upper tail."""
         c = _as_array(c)
         inside = self._sf0(self._x_of(np.clip(c, -self.a, self.a), under))
         if inclusive:
@@ -151,17 +166,21 @@ class RandomizedResponsePair(MonotonePair):
 
     @property
     def r_min(self) -> float:  # type: ignore[override]
+        """Smallest value of r: -epsilon (output 0)."""
         return -self.epsilon
 
     @property
     def r_max(self) -> float:  # type: ignore[override]
+        """Largest value of r: +epsilon (output 1)."""
         return self.epsilon
 
     @property
     def atoms(self) -> tuple[float, ...]:
+        """The two values of r, (-epsilon, +epsilon); r is purely atomic."""
         return (-self.epsilon, self.epsilon)
 
     def log_likelihood_ratio(self, x):
+        """r(x) = +epsilon for an output x >= 0.5 (read as 1), -epsilon otherwise."""
         x = _as_array(x)
         return np.where(x >= 0.5, self.epsilon, -self.epsilon)
 
@@ -172,6 +191,8 @@ class RandomizedResponsePair(MonotonePair):
         return (low, high) if under == "P" else (high, low)
 
     def r_cdf(self, c, under, inclusive=True):
+        """Pr(r <= c) (inclusive) or Pr(r < c) under P0 or Q0, summed over the two atoms
+        at -epsilon and +epsilon (masses e^eps/(1+e^eps) and 1/(1+e^eps))."""
         c = _as_array(c)
         low, high = self._masses(under)
         if inclusive:
@@ -179,6 +200,8 @@ class RandomizedResponsePair(MonotonePair):
         return np.where(c > -self.epsilon, low, 0.0) + np.where(c > self.epsilon, high, 0.0)
 
     def r_sf(self, c, under, inclusive=False):
+        """Pr(r > c), or Pr(r >= c) when ``inclusive``, under P0 or Q0, summed over the
+        two atoms at -epsilon and +epsilon."""
         c = _as_array(c)
         low, high = self._masses(under)
         if inclusive:
@@ -206,7 +229,8 @@ class PrivacyLoss:
         return -np.inf if q >= 1.0 else float(np.log1p(-q))
 
     def loss_of_r(self, r: np.ndarray | float) -> np.ndarray:
-        """L as a function of the base log-likelihood ratio r."""
+        """L as a function of the base log-likelihood ratio r: log(1 - q + q e^r) for
+        "remove", its negative for "add" (Balle, Barthe, Gaboardi 2018)."""
         r = _as_array(r)
         q = self.sampling_rate
         if q >= 1.0:
@@ -236,11 +260,14 @@ class PrivacyLoss:
 
     @property
     def support(self) -> tuple[float, float]:
+        """(smallest, largest) value of L, the images of r_min and r_max under
+        :meth:`loss_of_r` (possibly infinite)."""
         lo, hi = float(self.loss_of_r(self.pair.r_min)), float(self.loss_of_r(self.pair.r_max))
         return (lo, hi) if self.direction == "remove" else (hi, lo)
 
     @property
     def atoms(self) -> tuple[float, ...]:
+        """Values of L carrying positive probability: the images of the base pair's atoms."""
         return tuple(float(self.loss_of_r(a)) for a in self.pair.atoms)
 
     # -- distribution functions of L ---------------------------------------------------

@@ -21,8 +21,9 @@ def is_bias(name: str) -> bool:
 
 def freeze_all_but_bias(model: torch.nn.Module, keep: Iterable[str] = ()) -> float:
     """Set ``requires_grad`` to True for bias parameters (and the names in ``keep``, e.g. a
-    new classifier head) and to False for every other parameter; return the trainable
-    fraction (trainable elements / all elements).
+    new classifier head) and to False for every other parameter, as DP-BiTFiT does (Bu,
+    Wang, Zha, Karypis 2022); return the trainable fraction (trainable elements / all
+    elements).
 
     Raises ValueError when a name in ``keep`` is not a parameter or nothing would be
     trainable (a model without biases).

@@ -159,7 +159,8 @@ def clip_and_sum(
     groups: Sequence[Sequence[str]],
     thresholds: Sequence[float],
 ) -> ClipResult:
-    """Clip each example's gradient in every group k to norm C_k and sum over the batch.
+    """Clip each example's gradient in every group k to norm C_k and sum over the batch
+    (per-example clipping of DP-SGD, Abadi et al. 2016; group-wise clipping, He et al. 2023).
 
     The clip factor C_k / max(||g_ik||, C_k) makes each example contribute at most C_k in
     L2 norm to group k (equality up to rounding); norms are accumulated in float32 or
@@ -292,7 +293,10 @@ class DPSGDNoiseStep:
         )
 
     def joint_noise_multiplier(self, noise_stds: Sequence[float]) -> float:
-        """Effective multiplier of the gradient noise ``noise_stds`` plus the counts."""
+        """Effective multiplier of the gradient noise ``noise_stds`` plus the counts:
+        (z^-2 + K (2 sigma_b)^-2)^(-1/2) with z from ``effective_noise_multiplier``
+        (the joint Gaussian release of :mod:`dpforge.accounting.allocation`; Andrew et al.
+        2019, Thm. 1, for K = 1)."""
         z = effective_noise_multiplier(self.thresholds, noise_stds)
         if self.adaptive is None:
             return z

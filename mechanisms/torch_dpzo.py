@@ -99,8 +99,9 @@ def _require_scalar_mechanism(mechanism: Mechanism) -> Mechanism:
 
 
 class DPZero(torch.optim.Optimizer):
-    """Zeroth-order DP optimizer; ``step(closure)`` where ``closure()`` returns the
-    per-example losses (1-D tensor) of the current batch at the current parameters.
+    """Zeroth-order DP optimizer (DPZero, Zhang et al. 2023; DP-ZO, Tang et al. 2024);
+    ``step(closure)`` where ``closure()`` returns the per-example losses (1-D tensor) of
+    the current batch at the current parameters.
 
     ``mechanism`` privatises the clipped sum; its ``sensitivity`` is the clip C.
     ``perturbation_scale`` is lambda.  ``expected_batch_size`` divides the sum (default:
@@ -152,7 +153,10 @@ class DPZero(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure: Callable[[], torch.Tensor]) -> torch.Tensor:  # type: ignore[override]
-        """One DP-ZO step; returns the mean of the losses at theta +- lambda z (not private)."""
+        """One DP-ZO step (module docstring, steps 1-4): the two-point estimate
+        g = (sum_i clip(L_i^+ - L_i^-) + noise) / (B * 2 lambda) along z, then
+        theta <- theta - lr g z; returns the mean of the losses at theta +- lambda z (not
+        private)."""
         if closure is None:
             raise ValueError("DPZero.step needs a closure returning the per-example losses")
         trainable = self._trainable()
