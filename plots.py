@@ -44,6 +44,9 @@ ENGINE_COLOURS = {"prv": "C0", "rdp": "C3", "montecarlo": "C2", "pure": "C1"}
 #: Line styles: PRV solid; the Monte-Carlo estimate dashed, so that where it sits on the
 #: PRV band both stay visible.
 ENGINE_STYLES = {"prv": "-", "rdp": "-", "montecarlo": "--", "pure": "-."}
+#: Engines whose lower bound is a tight one, drawn as a band.  The pure engine's lower
+#: bound (one step's exact ε) and the RDP engine's (0) are sound but far from tight.
+BAND_ENGINES = ("prv", "montecarlo")
 ENGINE_LABELS = {
     "prv": "PRV (certified)",
     "rdp": "RDP (certified upper)",
@@ -136,8 +139,8 @@ def plot_privacy_profile(
 ) -> Any:
     """Privacy profile δ(ε) of ``description`` from several engines on one log-scale axes.
 
-    Each engine with a non-trivial lower bound (PRV, Monte-Carlo) is drawn as a band from
-    its lower to its upper bound; the others as their upper bound.  ``epsilons`` defaults
+    The PRV and Monte-Carlo engines, whose lower bounds are tight, are drawn as a band
+    from lower to upper bound; the RDP and pure engines as their upper bound.  ``epsilons`` defaults
     to ``points`` values spanning where δ runs from about 1e-3 to 1e-9 under the first
     engine.  ``engine_options`` maps an engine name to its options (e.g.
     ``{"montecarlo": {"samples": 100_000, "seed": 1}}``).
@@ -156,7 +159,7 @@ def plot_privacy_profile(
         colour, style = ENGINE_COLOURS[name], ENGINE_STYLES[name]
         shown = upper > 0
         ax.plot(grid[shown], upper[shown], color=colour, linestyle=style, label=ENGINE_LABELS[name])
-        if np.any(lower > 0):
+        if name in BAND_ENGINES and np.any(lower > 0):
             band = lower > 0
             ax.fill_between(grid[band], lower[band], upper[band], color=colour, alpha=0.25, linewidth=0)
             ax.plot(grid[band], lower[band], color=colour, linestyle=":", linewidth=1)
@@ -249,7 +252,7 @@ def plot_epsilon_vs_steps(
         )
         colour, style = ENGINE_COLOURS[name], ENGINE_STYLES[name]
         ax.plot(checkpoints, upper, color=colour, linestyle=style, marker=".", label=ENGINE_LABELS[name])
-        if np.any(lower > 0):
+        if name in BAND_ENGINES and np.any(lower > 0):
             ax.fill_between(checkpoints, lower, upper, color=colour, alpha=0.25, linewidth=0)
     if isinstance(plan_or_step, Plan):
         boundary = 0

@@ -292,21 +292,24 @@ def epsilon(
 
 def _delta_evaluation(
     description: Description,
-    epsilon: float,
+    epsilons: Sequence[float],
     relative_accuracy: float,
     step: float | None,
     max_refinements: int,
 ) -> tuple[_Evaluation, int]:
-    """The composed profiles, refined until delta(``epsilon``) has the relative accuracy."""
+    """The composed profiles, refined until delta at every one of ``epsilons`` has the
+    relative accuracy (deltas below 1e-14 are not refined for)."""
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
     components = _check_description(description)
     tail = 1e-16
 
     def width_of(evaluation: _Evaluation) -> tuple[float, float]:
-        low, high = evaluation.delta(epsilon)
-        if high < 1e-14:
-            return 0.0, 1.0
-        return high - low, high
+        worst, worst_ratio = (0.0, 1.0), 0.0
+        for value in epsilons:
+            low, high = evaluation.delta(value)
+            if high >= 1e-14 and (high - low) / high > worst_ratio:
+                worst, worst_ratio = (high - low, high), (high - low) / high
+        return worst
 
     if step is not None:
         step = require_positive("step", step)
@@ -324,18 +327,34 @@ def delta_profile(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Certified lower and upper bounds on delta at each of ``epsilons`` (PRV engine).
 
-    One composition serves every point: the grid is refined for the largest epsilon
-    (the smallest delta, the hardest to resolve relatively), and every point is read off
-    the same certified pessimistic / optimistic profiles, so the whole curve costs about
-    one :func:`delta` call.
+    Compositions are shared between points: every point is read off every composed
+    profile computed so far, and keeps the intersection of their brackets (each bracket
+    is certified, so the intersection is too).  A new, refined composition is made only
+    for a point whose bracket is still wider than ``relative_accuracy`` (deltas below
+    1e-14 excepted), so a whole curve usually costs one to three :func:`delta` calls.
     """
     grid = np.asarray(epsilons, dtype=float)
     if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
         raise ValueError("epsilons must be a non-empty sequence of finite numbers >= 0")
-    evaluation, _ = _delta_evaluation(description, float(grid.max()), relative_accuracy, None, max_refinements)
-    bounds = np.array([evaluation.delta(float(value)) for value in grid], dtype=float)
-    lower = np.minimum(bounds[:, 0], bounds[:, 1])
-    return lower, bounds[:, 1]
+    relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    lower = np.zeros_like(grid)
+    upper = np.ones_like(grid)
+    evaluations: list[_Evaluation] = []
+
+    def tighten(index: int, evaluation: _Evaluation) -> None:
+        low, high = evaluation.delta(float(grid[index]))
+        lower[index] = max(lower[index], low)
+        upper[index] = min(upper[index], high)
+
+    for index in np.argsort(grid):
+        accurate = upper[index] < 1e-14 or upper[index] - lower[index] <= relative_accuracy * upper[index]
+        if evaluations and accurate:
+            continue
+        evaluation, _ = _delta_evaluation(description, (float(grid[index]),), relative_accuracy, None, max_refinements)
+        evaluations.append(evaluation)
+        for other in range(grid.size):
+            tighten(other, evaluation)
+    return np.minimum(lower, upper), upper
 
 
 def delta(
@@ -356,7 +375,7 @@ def delta(
     if engine != "prv":
         return _engine_module(engine).delta(description, epsilon, **engine_options)
     _reject_options(engine_options)
-    evaluation, refinements = _delta_evaluation(description, epsilon, relative_accuracy, step, max_refinements)
+    evaluation, refinements = _delta_evaluation(description, (epsilon,), relative_accuracy, step, max_refinements)
     low, high = evaluation.delta(epsilon)
     low = min(low, high)
     return DeltaResult(

@@ -386,10 +386,24 @@ def _base_rdp(mechanism: Mechanism, orders: np.ndarray, lmo_bound: str = "exact"
     raise ValueError(f"the rdp engine cannot account {type(mechanism).__name__}")
 
 
+def _monotone_envelope(alpha: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Each bound replaced by the smallest bound at an order >= its own: sound because the
+    Rényi divergence is non-decreasing in its order (van Erven & Harremoës 2014, Thm. 3)."""
+    if np.isnan(values).any():
+        return values
+    order = np.argsort(alpha, kind="stable")
+    envelope = np.minimum.accumulate(values[order][::-1])[::-1]
+    out = np.empty_like(values)
+    out[order] = envelope
+    return out
+
+
 def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
     """RDP curve of one flattened component: ``count`` × the RDP of one (possibly
     subsampled) release.  Subsampled Gaussian: MTZ 2019 exact; any other subsampled
-    mechanism: min(Zhu-Wang 2019 Thm. 6 at integer orders, joint convexity)."""
+    mechanism: min(Zhu-Wang 2019 Thm. 6 at integer orders, joint convexity).  Every
+    curve is then made non-decreasing from above (a bound at a higher order bounds every
+    lower order)."""
     alpha = require_orders(orders)
     mechanism, q, count = component.mechanism, float(component.sampling_rate), int(component.count)
     q = require_sampling_rate("sampling_rate", q)
@@ -422,7 +436,8 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_
             f"subsampled {base_label.split(':', 1)[0]}: upper bound (Zhu-Wang 2019 at integer orders, "
             f"at the next integer order elsewhere; or joint convexity); base {base_label}"
         )
-    values = count * np.maximum(np.asarray(values, dtype=float), 0.0)
+    values = _monotone_envelope(alpha, np.asarray(values, dtype=float))
+    values = count * np.maximum(values, 0.0)
     if np.isnan(values).any():  # pragma: no cover - defensive
         raise ValueError(f"the rdp engine produced NaN for {family}")
     return RdpCurve(alpha, values, (label,), (details,))

@@ -6,6 +6,8 @@ Subcommands::
     dpforge delta     --noise laplace --scale 2 --steps 10 --epsilon 5
     dpforge calibrate --target-epsilon 8 --delta 1e-5 --sampling-rate 0.004 --steps 1000
     dpforge verify    plan.toml
+    dpforge plot      profile|steps|noise|rdp ... --out FIGURE.png   (see dpforge.cli.plot)
+    dpforge lmo       search ...                                     (see dpforge.cli.lmo)
 
 ``epsilon`` and ``delta`` also take ``--plan FILE`` instead of mechanism flags.  Add
 ``--json`` for exactly one JSON object on stdout.
@@ -33,6 +35,7 @@ from dpforge.accounting import epsilon as account_epsilon
 from dpforge.accounting.results import json_ready
 from dpforge.accounting.plan import NOISE_PARAMETERS, Phase, Plan, PlanError, VerifyReport, load_plan, verify_plan
 from dpforge.cli.lmo import add_lmo_commands, lmo_description
+from dpforge.cli.plot import add_plot_commands
 from dpforge.mechanisms.combinators import Description
 from dpforge.mechanisms.validation import (
     require_count,
@@ -505,6 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(verify)
     verify.set_defaults(handler=_command_verify)
     add_lmo_commands(commands)
+    add_plot_commands(commands)
     return parser
 
 

@@ -405,3 +405,11 @@ def test_never_nan():
         eps = accounting.epsilon(description, 1e-10, engine="rdp").upper
         assert not math.isnan(eps) and eps > 0
         assert 0 <= accounting.delta(description, 1.0, engine="rdp").upper <= 1
+
+
+def test_curves_are_non_decreasing_in_the_order():
+    """A bound at a higher order bounds every lower order (the Rényi divergence is
+    non-decreasing in its order); the engine's curves take that envelope."""
+    for description in (PoissonSampled(Laplace(scale=2.0), 0.01), PoissonSampled(Laplace(scale=0.3), 0.2)):
+        values = R.rdp(description)
+        assert np.all(np.diff(values) >= 0)
