@@ -8,7 +8,9 @@ grid, so epsilon(parameter) is a smooth function the root finder can trust.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 from typing import Callable
 
 from scipy import optimize, stats
@@ -85,12 +87,55 @@ def calibrate(
     high_limit = require_positive("upper", upper) if upper is not None else _SEARCH_LIMITS[1]
     if low_limit >= high_limit:
         raise ValueError(f"lower must be < upper, got lower={low_limit!r}, upper={high_limit!r}")
+    first = _search(make_description, target_epsilon, delta, low_limit, high_limit, rel_tolerance,
+                    start if start is not None else (math.sqrt(low_limit * high_limit) if lower and upper else 1.0),
+                    start is not None, parameter_name)
+    # The PRV grid is fixed at the first evaluation, for the starting parameter.  Far from
+    # the answer that grid is coarse (e.g. a Laplace scale 10x the start), and a coarse
+    # grid's certified bound calls for more noise than needed; search again on a grid set
+    # at the answer and keep the smaller certified parameter.
+    if abs(math.log(first.parameter / first.grid_parameter)) > math.log(1.5):
+        try:
+            second = _search(make_description, target_epsilon, delta, low_limit, high_limit, rel_tolerance,
+                             first.parameter, True, parameter_name)
+        except ValueError:  # the first answer stands: it is certified on its own grid
+            return first.result
+        best = second.result if second.result.parameter < first.result.parameter else first.result
+        return dataclasses.replace(best, evaluations=first.result.evaluations + second.result.evaluations)
+    return first.result
+
+
+@dataclass(frozen=True)
+class _SearchOutcome:
+    result: CalibrationResult
+    grid_parameter: float
+
+    @property
+    def parameter(self) -> float:
+        return self.result.parameter
+
+
+def _search(
+    make_description: Callable[[float], Description],
+    target_epsilon: float,
+    delta: float,
+    low_limit: float,
+    high_limit: float,
+    rel_tolerance: float,
+    guess: float,
+    near: bool,
+    parameter_name: str,
+) -> _SearchOutcome:
+    """One bracketing + Illinois search on a grid fixed at ``guess`` (``near``: the guess
+    is believed close, so the bracket grows from a factor 1.25 instead of 2)."""
     evaluate = _CertifiedUpper(make_description, delta, rel_tolerance)
     floor = target_epsilon * (1.0 - rel_tolerance)
     aim = target_epsilon * (1.0 - 0.5 * rel_tolerance)
 
-    def accept(parameter: float) -> CalibrationResult:
-        return CalibrationResult(
+    guess = min(max(guess, low_limit), high_limit)
+
+    def accept(parameter: float) -> _SearchOutcome:
+        result = CalibrationResult(
             parameter=parameter,
             epsilon=evaluate(parameter),
             target_epsilon=target_epsilon,
@@ -100,15 +145,14 @@ def calibrate(
             engine="prv",
             parameter_name=parameter_name,
         )
+        return _SearchOutcome(result, guess)
 
     # 1. bracket: a_param with eps > target (too little noise), b_param with eps <= target
-    guess = start if start is not None else math.sqrt(low_limit * high_limit) if lower and upper else 1.0
-    guess = min(max(guess, low_limit), high_limit)
     value = evaluate(guess)
     if floor <= value <= target_epsilon:
         return accept(guess)
     too_little, enough = (guess, None) if value > target_epsilon else (None, guess)
-    factor = 1.25 if start is not None else 2.0
+    factor = 1.25 if near else 2.0
     while too_little is None or enough is None:
         # geometric steps away from the guess, growing until the target is bracketed
         if enough is None:

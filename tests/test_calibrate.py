@@ -78,3 +78,19 @@ def test_unreachable_target_names_the_bracket_end():
 def test_bad_input_names_the_parameter(kwargs, name):
     with pytest.raises(ValueError, match=name):
         calibrate_noise_multiplier(**kwargs)
+
+
+def test_a_far_start_does_not_cost_noise():
+    """The PRV grid is set at the first evaluation; a start 10x off the answer used to
+    leave a coarse grid and a scale 2% too large.  The search now repeats on a grid set
+    at the answer, so the result does not depend on the start."""
+    from dpforge.accounting import calibrate, epsilon
+    from dpforge.mechanisms import Composed, PoissonSampled, PureDP
+
+    def make(scale):
+        return Composed([(PoissonSampled(PureDP(1.0 / scale), 0.016), 10_000)])
+
+    far = calibrate(make, 0.5, 1e-5, start=1.0)
+    near = calibrate(make, 0.5, 1e-5, start=10.0)
+    assert far.parameter == pytest.approx(near.parameter, rel=2e-3)
+    assert 0.5 * (1 - 2e-3) <= epsilon(make(far.parameter), 1e-5).upper <= 0.5
