@@ -17,7 +17,7 @@ from typing import Any
 from dpforge.accounting.ledger import Ledger
 from dpforge.accounting.results import EpsilonResult
 from dpforge.mechanisms.base import Gaussian
-from dpforge.mechanisms.validation import require_non_negative, require_sampling_rate
+from dpforge.mechanisms.validation import require_count, require_non_negative, require_sampling_rate
 
 try:  # pragma: no cover - depends on the environment
     from opacus.accountants import IAccountant as _Base
@@ -103,7 +103,23 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
             raise ValueError("state_dict must contain a 'history'")
         if state_dict.get("mechanism", MECHANISM_NAME) != MECHANISM_NAME:
             raise ValueError(f"state_dict is for accountant {state_dict['mechanism']!r}, not {MECHANISM_NAME!r}")
-        self.history = [(float(n), float(q), int(s)) for n, q, s in state_dict["history"]]
+        history = []
+        for index, entry in enumerate(state_dict["history"]):
+            try:
+                noise_multiplier, sample_rate, steps = entry
+            except (TypeError, ValueError):
+                raise ValueError(
+                    f"state_dict['history'][{index}] must be (noise_multiplier, sample_rate, steps), got {entry!r}"
+                ) from None
+            where = f"state_dict['history'][{index}]"
+            history.append(
+                (
+                    require_non_negative(f"{where} noise_multiplier", noise_multiplier),
+                    require_sampling_rate(f"{where} sample_rate", sample_rate),
+                    require_count(f"{where} steps", steps, 1),
+                )
+            )
+        self.history = history
 
 
 def register_with_opacus() -> bool:

@@ -48,3 +48,21 @@ def test_opacus_registration_and_agreement():
     _history(theirs)
     ours = accountant.get_epsilon_result(1e-5)
     assert ours.lower * 0.99 <= theirs.get_epsilon(1e-5) <= ours.upper * 1.01
+
+
+@pytest.mark.parametrize(
+    "history, match",
+    [
+        ([(-1.0, 0.01, 3)], r"history'\]\[0\] noise_multiplier"),
+        ([(1.0, 0.01, 3), (1.0, 1.5, 3)], r"history'\]\[1\] sample_rate"),
+        ([(1.0, 0.01, 0)], r"steps must be an integer >= 1"),
+        ([(1.0, 0.01, 2.5)], r"steps must be an integer >= 1"),
+        ([(1.0, 0.01)], r"must be \(noise_multiplier, sample_rate, steps\)"),
+        ([(float("nan"), 0.01, 3)], r"noise_multiplier"),
+    ],
+)
+def test_load_state_dict_checks_every_entry(history, match):
+    accountant = DpforgeAccountant()
+    with pytest.raises(ValueError, match=match):
+        accountant.load_state_dict({"history": history, "mechanism": "dpforge"})
+    assert accountant.history == []
