@@ -3,7 +3,12 @@
 from dpforge.accounting.api import delta, epsilon
 from dpforge.accounting.calibrate import calibrate, calibrate_laplace_scale, calibrate_noise_multiplier
 from dpforge.accounting.plan import Phase, Plan, PlanError, load_plan, parse_plan, verify_plan, write_plan
-from dpforge.accounting.allocation import allocate_noise, gradient_noise_multiplier
+from dpforge.accounting.allocation import (
+    allocate_noise,
+    effective_noise_multiplier,
+    geometric_threshold_update,
+    gradient_noise_multiplier,
+)
 from dpforge.accounting.ledger import Ledger
 from dpforge.accounting.pure import calibrate_laplace_scale_pure
 from dpforge.accounting.rdp import rdp_curve
@@ -31,7 +36,9 @@ __all__ = [
     "calibrate_laplace_scale_pure",
     "calibrate_noise_multiplier",
     "delta",
+    "effective_noise_multiplier",
     "epsilon",
+    "geometric_threshold_update",
     "gradient_noise_multiplier",
     "load_plan",
     "parse_plan",

@@ -1,5 +1,5 @@
-"""Every public function, class and method of ``dpforge.accounting`` and
-``dpforge.mechanisms`` carries a docstring.
+"""Every public function, class and method of ``dpforge.accounting``,
+``dpforge.mechanisms`` and ``dpforge.plots`` carries a docstring.
 
 "Public" means a name not starting with ``_`` that is defined in the module itself
 (``obj.__module__ == module.__name__``), not imported from elsewhere.  For classes
@@ -36,7 +36,7 @@ def _needs_torch(module_name: str) -> bool:
 
 
 def _module_names() -> list[str]:
-    names = []
+    names = ["dpforge.plots"]
     for package in _PACKAGES:
         names.append(package.__name__)
         for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
