@@ -74,7 +74,10 @@ def calibrate(
     ``make_description(p)`` must describe a release whose epsilon decreases as p grows
     (a noise multiplier or a Laplace scale).  ``lower``/``upper`` bound the search; when
     absent the bracket is found by expanding from ``start`` (default 1) by factors of 2
-    within [1e-3, 1e4].  The returned ``epsilon`` is the certified PRV upper bound at
+    within [1e-3, 1e4].  The PRV grid is set at the first evaluation; when the answer
+    lies more than 1.5x from the start, the search is repeated on a grid set at the
+    answer and the smaller certified parameter is kept, so a poor start costs time, not
+    noise.  The returned ``epsilon`` is the certified PRV upper bound at
     ``parameter``.  Raises ``ValueError`` naming the bracket end when the target cannot
     be met inside it.
     """
