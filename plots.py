@@ -65,6 +65,16 @@ def _axes(ax: Any = None, size: tuple[float, float] = (6.4, 4.2)) -> Any:
     return figure.add_subplot()
 
 
+def _finish(ax: Any, xlabel: str, ylabel: str, title: str) -> Any:
+    """Labels, a light grid and the legend: the same on every figure."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    return ax
+
+
 def _require_engines(engines: object) -> tuple[str, ...]:
     if isinstance(engines, str):
         engines = (engines,)
@@ -164,12 +174,7 @@ def plot_privacy_profile(
             ax.fill_between(grid[band], lower[band], upper[band], color=colour, alpha=0.25, linewidth=0)
             ax.plot(grid[band], lower[band], color=colour, linestyle=":", linewidth=1)
     ax.set_yscale("log")
-    ax.set_xlabel("ε")
-    ax.set_ylabel("δ(ε)")
-    ax.set_title("Privacy profile (bands: certified or high-probability [lower, upper])")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "ε", "δ(ε)", "Privacy profile (bands: certified or high-probability [lower, upper])")
 
 
 # --------------------------------------------------------------------------- epsilon over training
@@ -268,12 +273,7 @@ def plot_epsilon_vs_steps(
         budget_epsilon = require_positive("budget_epsilon", budget_epsilon)
         ax.axhline(budget_epsilon, color="black", linestyle="--", linewidth=1, label=f"budget ε = {budget_epsilon:g}")
     ax.set_xscale("log")
-    ax.set_xlabel("steps")
-    ax.set_ylabel(f"ε at δ = {shown_delta:.3g}")
-    ax.set_title("Privacy spent over training")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "steps", f"ε at δ = {shown_delta:.3g}", "Privacy spent over training")
 
 
 # --------------------------------------------------------------------------- noise densities
@@ -346,12 +346,7 @@ def plot_noise_densities(
         ax.set_yscale("log")
         floor = max(1e-12, ax.get_ylim()[0])
         ax.set_ylim(bottom=floor)
-    ax.set_xlabel("noise value (one coordinate)")
-    ax.set_ylabel("density")
-    ax.set_title("Noise densities")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "noise value (one coordinate)", "density", "Noise densities")
 
 
 # --------------------------------------------------------------------------- RDP curves
@@ -375,12 +370,7 @@ def plot_rdp_curves(
         ax.plot(curve.orders[finite], curve.values[finite], marker=".", label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    ax.set_xlabel("order α")
-    ax.set_ylabel("Rényi divergence bound ε_α")
-    ax.set_title("RDP curves")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
-    return ax
+    return _finish(ax, "order α", "Rényi divergence bound ε_α", "RDP curves")
 
 
 def save(ax: Any, path: str | os.PathLike[str], *, dpi: int = 120) -> str:
