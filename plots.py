@@ -29,7 +29,7 @@ from dpforge.accounting.plan import Plan
 from dpforge.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.combinators import Composed, Description
-from dpforge.mechanisms.validation import require_positive, require_probability_open
+from dpforge.mechanisms.validation import require_non_negative, require_positive, require_probability_open
 
 __all__ = [
     "plot_epsilon_vs_steps",
@@ -100,12 +100,26 @@ def _require_points(name: str, value: object, minimum: int = 2) -> int:
     return int(value)
 
 
+def _require_epsilons(epsilons: object) -> np.ndarray:
+    """A non-empty 1-d array of finite numbers >= 0."""
+    try:
+        grid = np.asarray(epsilons, dtype=float)
+    except (TypeError, ValueError):
+        grid = np.array([np.nan])
+    if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
+        raise ValueError(f"epsilons must be a non-empty sequence of finite numbers >= 0, got {epsilons!r}")
+    return grid
+
+
 def _options_for(engine: str, engine_options: Mapping[str, Mapping[str, Any]] | None) -> dict[str, Any]:
     if engine_options is None:
         return {}
     if not isinstance(engine_options, Mapping):
         raise ValueError("engine_options must map an engine name to a dict of its options")
-    return dict(engine_options.get(engine, {}))
+    options = engine_options.get(engine, {})
+    if not isinstance(options, Mapping):
+        raise ValueError(f"engine_options[{engine!r}] must be a dict of that engine's options, got {options!r}")
+    return dict(options)
 
 
 # --------------------------------------------------------------------------- privacy profile
@@ -123,10 +137,11 @@ def privacy_profile(
     et al. 2018).  The RDP and pure engines give a trivial lower bound 0.
     """
     (engine,) = _require_engines((engine,))
+    grid = _require_epsilons(epsilons)
     if engine == "prv":
-        return delta_profile(description, epsilons, **engine_options)
+        return delta_profile(description, grid, **engine_options)
     lower, upper = [], []
-    for value in epsilons:
+    for value in grid:
         result = account_delta(description, float(value), engine=engine, **engine_options)
         lower.append(result.lower)
         upper.append(result.upper)
@@ -164,9 +179,7 @@ def plot_privacy_profile(
     if epsilons is None:
         grid = _default_epsilons(description, names[0], _options_for(names[0], engine_options), points)
     else:
-        grid = np.asarray(epsilons, dtype=float)
-        if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
-            raise ValueError("epsilons must be a non-empty sequence of finite numbers >= 0")
+        grid = _require_epsilons(epsilons)
     ax = _axes(ax)
     for name in names:
         lower, upper = privacy_profile(description, grid, name, **_options_for(name, engine_options))
@@ -276,7 +289,7 @@ def plot_epsilon_vs_steps(
     else:
         shown_delta = delta
     if budget_epsilon is not None:
-        budget_epsilon = require_positive("budget_epsilon", budget_epsilon)
+        budget_epsilon = require_non_negative("budget_epsilon", budget_epsilon)
         ax.axhline(budget_epsilon, color="black", linestyle="--", linewidth=1, label=f"budget ε = {budget_epsilon:g}")
     ax.set_xscale("log")
     return _finish(ax, "steps", f"ε at δ = {shown_delta:.3g}", "Privacy spent over training")

@@ -332,7 +332,9 @@ class RdpCurve:
 
     ``sources`` has one label per component saying how its curve was obtained;
     ``details`` has, per component, either None or one label per order where the
-    component's curve mixes methods (e.g. "zhu-wang" / "convexity").
+    component's curve mixes methods (e.g. "zhu-wang" / "convexity"): the bound computed at
+    that order, before the curve's non-decreasing envelope may replace it with a smaller
+    bound from a higher order.
     """
 
     orders: np.ndarray

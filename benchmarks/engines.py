@@ -23,18 +23,25 @@ from pathlib import Path
 from typing import Any
 
 from dpforge.accounting import epsilon
-from dpforge.mechanisms import LMO, Composed, Gaussian, Laplace, PoissonSampled
+from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
 
 HERE = Path(__file__).resolve().parent
 DELTA = 1e-5
-LMO_MECHANISM = LMO(
-    weights=(0.5, 0.2, 0.3),
-    gamma_shape=3.0,
-    gamma_scale=0.7,
-    exponential_rate=2.0,
-    uniform_low=0.3,
-    uniform_high=1.5,
-)
+
+
+def _sibling(name: str):
+    """Another benchmark script of this folder, imported as a module."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+#: The LMO mixture that lmo_accounting.py times.
+LMO_MECHANISM = _sibling("lmo_accounting").MECHANISM
 WORKLOADS = {
     "G1 Gaussian σ=1 q=0.01 T=1e3": Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]),
     "G2 Gaussian σ=0.86 q=0.004 T=1e4": Composed([(PoissonSampled(Gaussian(0.857104), 0.004), 10_000)]),
@@ -46,11 +53,7 @@ ENGINES = ("prv", "rdp", "montecarlo", "pure")
 
 
 def _machine_info() -> dict[str, Any]:
-    spec = importlib.util.spec_from_file_location("compare_peers", HERE / "compare_peers.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["compare_peers"] = module
-    spec.loader.exec_module(module)
-    return module.machine_info()
+    return _sibling("compare_peers").machine_info()
 
 
 def _timed(function, repeats: int) -> tuple[Any, float]:

@@ -287,6 +287,11 @@ def _engine_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         if given:
             raise CliError(f"{given[0]} applies only to --engine montecarlo, not --engine {engine}")
         return engine, {}
+    return engine, montecarlo_options(args)
+
+
+def montecarlo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The montecarlo engine's options from ``--samples``/``--confidence``/``--seed``."""
     options: dict[str, Any] = {}
     if args.samples is not None:
         options["samples"] = _integer_flag("--samples", args.samples, 1)
@@ -294,7 +299,7 @@ def _engine_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
         options["confidence"] = _checked("--confidence", args.confidence, require_probability_open)
     if args.seed is not None:
         options["seed"] = _integer_flag("--seed", args.seed, 0)
-    return engine, options
+    return options
 
 
 def _engine_rows(result: Any) -> list[tuple[str, Any]]:

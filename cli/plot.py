@@ -30,20 +30,12 @@ def _engines(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[tuple[
     """``--engine`` (repeatable) and the montecarlo options, checked like ``dpforge epsilon``'s."""
     cli = _cli()
     engines = tuple(dict.fromkeys(args.engine)) if args.engine else default
-    given = [flag for flag, dest in (("--samples", "samples"), ("--confidence", "confidence"), ("--seed", "seed"))
-             if getattr(args, dest) is not None]
+    given = [flag for flag, dest in cli._MONTECARLO_FLAGS if getattr(args, dest) is not None]
     if "montecarlo" not in engines:
         if given:
             raise cli.CliError(f"{given[0]} applies only to --engine montecarlo")
         return engines, {}
-    options: dict[str, Any] = {}
-    if args.samples is not None:
-        options["samples"] = cli._integer_flag("--samples", args.samples, 1)
-    if args.confidence is not None:
-        options["confidence"] = cli._checked("--confidence", args.confidence, cli.require_probability_open)
-    if args.seed is not None:
-        options["seed"] = cli._integer_flag("--seed", args.seed, 0)
-    return engines, {"montecarlo": options}
+    return engines, {"montecarlo": cli.montecarlo_options(args)}
 
 
 def _points(args: argparse.Namespace, default: int) -> int:

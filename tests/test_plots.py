@@ -88,6 +88,13 @@ def test_epsilon_vs_steps_of_a_plan():
     assert len(budget) == 1 and budget[0].get_ydata()[0] == 2.0
 
 
+def test_a_zero_budget_is_drawn():
+    plan = Plan(delta=1e-5, phases=(Phase("gaussian", 1.2, 0.01, 20),), budget_epsilon=0.0)
+    ax = plots.plot_epsilon_vs_steps(plan, points=3)
+    (budget,) = [line for line in ax.lines if "budget" in str(line.get_label())]
+    assert budget.get_ydata()[0] == 0.0
+
+
 def test_epsilon_vs_steps_of_one_step():
     step = PoissonSampled(Laplace(2.0), 0.01)
     ax = plots.plot_epsilon_vs_steps(step, steps=50, delta=1e-5, engines=("pure",), points=4)
@@ -143,6 +150,10 @@ def test_rdp_curves_figure():
         (lambda: plots.plot_epsilon_vs_steps(DP_SGD, steps=3, delta=2.0), "delta"),
         (lambda: plots.plot_noise_densities({"g": Gaussian(1.0)}, x_max=-1), "x_max"),
         (lambda: plots.plot_rdp_curves({}), "descriptions"),
+        (lambda: plots.privacy_profile(DP_SGD, [[0.1, 0.2]], "rdp"), "epsilons"),
+        (lambda: plots.privacy_profile(DP_SGD, ["a"], "rdp"), "epsilons"),
+        (lambda: plots.plot_privacy_profile(DP_SGD, engine_options={"prv": 3}, epsilons=[1.0]), "engine_options"),
+        (lambda: plots.plot_epsilon_vs_steps(DP_SGD.parts[0][0], steps=3, delta=1e-5, budget_epsilon=-1), "budget_epsilon"),
     ],
 )
 def test_bad_arguments_raise_one_line_value_errors(call, match):
@@ -196,6 +207,8 @@ def test_cli_plots_a_plan_file(tmp_path):
         (["noise", "--delta", "1e-5", "--out", "x.png"], "--target-epsilon"),
         (["steps", "--noise-multiplier", "1", "--steps", "5", "--out", "x.png"], "--delta is required"),
         (["rdp", "--out", "x.png"], "--noise-multiplier"),
+        (["steps", "--noise-multiplier", "1", "--steps", "5", "--delta", "1e-5", "--budget", "-1", "--out", "x.png"], "--budget must be"),
+        (["profile", "--noise-multiplier", "1", "--engine", "montecarlo", "--samples", "0", "--out", "x.png"], "--samples must be"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(argv, message, tmp_path, monkeypatch, capsys):
