@@ -1,8 +1,18 @@
 """dpforge: differential-privacy accounting with certified lower and upper bounds.
 
-The import package is assembled from the repository's code folders:
-``dpforge.mechanisms`` (what a noisy release is), ``dpforge.accounting`` (how to count
-it) and ``dpforge.cli`` (the ``dpforge`` command).
+The import package is assembled from the repository's folders, in rows; a module
+imports only from its own package or from a lower row (``tests/test_layers.py``):
+
+0. foundation: :mod:`dpforge.errors`, :mod:`dpforge.validation`, :mod:`dpforge.parallel`
+1. describe: :mod:`dpforge.mechanisms` (what a noisy release is)
+2. count: :mod:`dpforge.accounting` (engines, calibration, profiles)
+3. use: :mod:`dpforge.design` (mechanism search), :mod:`dpforge.budget` (plans, verify, ledger)
+4. glue: :mod:`dpforge.train` (PyTorch, Opacus), :mod:`dpforge.plots`
+5. shell: :mod:`dpforge.cli` (the ``dpforge`` command)
 """
 
-__version__ = "0.1.0"
+from dpforge import _deprecated
+
+__version__ = "0.2.0"
+
+_deprecated.install()

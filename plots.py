@@ -21,15 +21,15 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from dpforge.accounting.api import ENGINES
 from dpforge.accounting.api import delta as account_delta
-from dpforge.accounting.api import delta_profile
+from dpforge.accounting.api import engine_names
 from dpforge.accounting.api import epsilon as account_epsilon
-from dpforge.accounting.plan import Plan
+from dpforge.accounting.profiles import delta_profile
 from dpforge.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpforge.budget.plan import Plan
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.combinators import Composed, Description
-from dpforge.mechanisms.validation import require_non_negative, require_positive, require_probability_open
+from dpforge.validation import require_non_negative, require_positive, require_probability_open
 
 __all__ = [
     "plot_epsilon_vs_steps",
@@ -85,12 +85,12 @@ def _require_engines(engines: object) -> tuple[str, ...]:
     try:
         names = tuple(engines)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"engines must be a sequence of engine names from {list(ENGINES)}, got {engines!r}") from None
+        raise ValueError(f"engines must be a sequence of engine names from {list(engine_names())}, got {engines!r}") from None
     if not names:
-        raise ValueError(f"engines must name at least one engine from {list(ENGINES)}")
+        raise ValueError(f"engines must name at least one engine from {list(engine_names())}")
     for name in names:
-        if name not in ENGINES:
-            raise ValueError(f"engines must be names from {list(ENGINES)}, got {name!r}")
+        if name not in engine_names():
+            raise ValueError(f"engines must be names from {list(engine_names())}, got {name!r}")
     return names
 
 
@@ -215,7 +215,7 @@ def epsilon_over_steps(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Checkpoints (cumulative steps) and the lower and upper ε(δ) after each.
 
-    ``plan_or_step`` is a :class:`~dpforge.accounting.plan.Plan` (its phases run in
+    ``plan_or_step`` is a :class:`~dpforge.budget.plan.Plan` (its phases run in
     order; ``delta`` defaults to the plan's) or the description of ONE step, repeated
     ``steps`` times.  Composition is adaptive (sequential) composition of the steps.
     """

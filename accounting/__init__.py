@@ -1,15 +1,16 @@
-"""Accountants: certified bounds on (epsilon, delta) of mechanism descriptions."""
+"""Count: engines that turn mechanism descriptions into certified (epsilon, delta).
 
-from dpforge.accounting.api import delta, epsilon
+``epsilon``/``delta`` dispatch to a registered engine (:mod:`.api`): ``prv`` (FFT
+composition with certified lower and upper bounds, :mod:`.prv`), ``rdp`` (:mod:`.rdp`),
+``montecarlo`` (high-probability bounds, :mod:`.montecarlo`) and ``pure`` (:mod:`.pure`).
+One root finder calibrates noise on any of the deterministic ones (:mod:`.calibrate`);
+:mod:`.profiles` reads whole privacy curves.
+"""
+
+from dpforge import _deprecated
+from dpforge.accounting.api import delta, engine_names, epsilon, register_engine
 from dpforge.accounting.calibrate import calibrate, calibrate_laplace_scale, calibrate_noise_multiplier
-from dpforge.accounting.plan import Phase, Plan, PlanError, load_plan, parse_plan, verify_plan, write_plan
-from dpforge.accounting.allocation import (
-    allocate_noise,
-    effective_noise_multiplier,
-    geometric_threshold_update,
-    gradient_noise_multiplier,
-)
-from dpforge.accounting.ledger import Ledger
+from dpforge.accounting.profiles import delta_profile
 from dpforge.accounting.pure import calibrate_laplace_scale_pure
 from dpforge.accounting.rdp import rdp_curve
 from dpforge.accounting.results import (
@@ -24,25 +25,20 @@ __all__ = [
     "CalibrationResult",
     "DeltaResult",
     "EpsilonResult",
-    "Ledger",
     "MonteCarloDeltaResult",
     "MonteCarloEpsilonResult",
-    "Phase",
-    "Plan",
-    "PlanError",
     "calibrate",
-    "allocate_noise",
     "calibrate_laplace_scale",
     "calibrate_laplace_scale_pure",
     "calibrate_noise_multiplier",
     "delta",
-    "effective_noise_multiplier",
+    "delta_profile",
+    "engine_names",
     "epsilon",
-    "geometric_threshold_update",
-    "gradient_noise_multiplier",
-    "load_plan",
-    "parse_plan",
     "rdp_curve",
-    "verify_plan",
-    "write_plan",
+    "register_engine",
 ]
+
+
+def __getattr__(name: str):
+    return _deprecated.moved_name(__name__, name)

@@ -1,9 +1,16 @@
 """Calibration: the smallest noise whose certified upper epsilon meets a target.
 
+One root finder, :func:`find_parameter`, works on any evaluator p -> certified upper
+epsilon that does not increase with p (a noise multiplier, a Laplace scale, an LMO
+scale factor).  :func:`certified_evaluator` builds that evaluator for any registered
+engine: for "prv" it is :class:`~dpforge.accounting.prv.evaluate.FixedGridEvaluator`
+(one grid for every evaluation, so the function is smooth); for "rdp" and "pure" it is
+the engine's own certified upper bound.  The Monte-Carlo engine is refused: its bound
+holds only with a probability, and a root found on random bounds is not a calibration.
+
 Cheap approximations only choose where to start (the central-limit / Gaussian-DP
 approximation for subsampled Gaussians, Bu, Dong, Long, Su 2020; pure-DP amplification
-for Laplace); every accepted value is a certified PRV upper bound evaluated on one fixed
-grid, so epsilon(parameter) is a smooth function the root finder can trust.
+for Laplace); every accepted value is a certified upper bound of the chosen engine.
 """
 
 from __future__ import annotations
@@ -11,209 +18,253 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from scipy import optimize, stats
 
-from dpforge.accounting.api import _evaluate, initial_step
+from dpforge.accounting.api import DEFAULT_ENGINE, engine_names, get_engine
+from dpforge.accounting.prv.evaluate import FixedGridEvaluator
 from dpforge.accounting.results import CalibrationResult
+from dpforge.errors import CalibrationError, DpforgeError, ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace
-from dpforge.mechanisms.combinators import Composed, Description, PoissonSampled, flatten
-from dpforge.mechanisms.validation import (
-    require_count,
-    require_positive,
-    require_probability_open,
-    require_sampling_rate,
-)
+from dpforge.mechanisms.combinators import Composed, Description, PoissonSampled
+from dpforge.validation import require_count, require_positive, require_probability_open, require_sampling_rate
 
-_SEARCH_LIMITS = (1e-3, 1e4)
+#: default search bracket of :func:`calibrate` for the noise parameter
+SEARCH_LIMITS = (1e-3, 1e4)
+#: engines whose bound holds only with a probability: never calibrated on
+_RANDOM_ENGINES = ("montecarlo",)
 
 
-class _CertifiedUpper:
-    """epsilon_upper(parameter) on a grid fixed at the first evaluation (upper bound only)."""
+class _EngineEvaluator:
+    """Certified upper epsilon(delta) of ``make_description(p)`` from a registered engine."""
 
-    def __init__(self, make_description: Callable[[float], Description], delta: float, rel_tolerance: float):
+    def __init__(self, make_description, delta: float, engine: str, options: dict[str, Any]) -> None:
         self.make_description = make_description
         self.delta = delta
-        self.rel_tolerance = rel_tolerance
-        self.tail = 1e-4 * delta
-        self.step: float | None = None
+        self.engine = get_engine(engine)
+        self.options = options
         self.evaluations = 0
         self.cache: dict[float, float] = {}
 
     def __call__(self, parameter: float) -> float:
-        if parameter in self.cache:
-            return self.cache[parameter]
-        try:
-            description = self.make_description(parameter)
-        except ValueError as error:
-            raise ValueError(f"make_description({parameter:g}) failed: {error}") from None
-        components = flatten(description)
-        if self.step is None:
-            self.step = initial_step(components, self.delta, 0.25 * self.rel_tolerance, self.tail)
-        evaluation = _evaluate(components, self.step, self.tail, kinds=("upper",))
-        value = max(profile.epsilon(self.delta) for profile in evaluation.upper)
-        self.evaluations += 1
-        self.cache[parameter] = value
-        return value
+        if parameter not in self.cache:
+            try:
+                description = self.make_description(parameter)
+            except ValueError as error:
+                kind = type(error) if isinstance(error, DpforgeError) else ParameterError
+                raise kind(f"make_description({parameter:g}) failed: {error}") from None
+            self.cache[parameter] = self.engine.epsilon(description, self.delta, **self.options).upper
+            self.evaluations += 1
+        return self.cache[parameter]
+
+
+def certified_evaluator(
+    make_description: Callable[[float], Description],
+    delta: float,
+    *,
+    engine: str = DEFAULT_ENGINE,
+    rel_tolerance: float = 1e-3,
+    engine_options: dict[str, Any] | None = None,
+) -> Callable[[float], float]:
+    """p -> certified upper epsilon(delta) of ``make_description(p)`` under ``engine``;
+    the returned callable caches its values and counts ``evaluations``."""
+    options = dict(engine_options or {})
+    if engine not in engine_names():
+        raise ParameterError(f"engine must be one of {', '.join(engine_names())}, got {engine!r}")
+    if engine in _RANDOM_ENGINES:
+        raise UnsupportedError(
+            f"calibration needs a deterministic certified bound; the {engine} engine's bound holds only with a "
+            "probability (use engine='prv', 'rdp' or 'pure')"
+        )
+    if engine == "prv":
+        step = options.pop("step", None)
+        if options:
+            raise ParameterError(f"{sorted(options)[0]} is not a calibration option of the prv engine (step is)")
+        return FixedGridEvaluator(make_description, delta, rel_tolerance, step=step)
+    return _EngineEvaluator(make_description, delta, engine, options)
+
+
+@dataclass(frozen=True)
+class Root:
+    """What :func:`find_parameter` found: the parameter, its certified epsilon, and the
+    evaluations spent."""
+
+    parameter: float
+    epsilon: float
+    evaluations: int
+
+
+def _log(value: float) -> float:
+    """log for the root finder; a certified epsilon of 0 maps to a large negative number."""
+    return math.log(value) if value > 1e-300 else -700.0
+
+
+def find_parameter(
+    evaluate: Callable[[float], float],
+    target_epsilon: float,
+    *,
+    low_limit: float,
+    high_limit: float,
+    rel_tolerance: float,
+    start: float,
+    parameter_name: str = "parameter",
+    accept_lower_limit: bool = False,
+) -> Root:
+    """A parameter p in [low_limit, high_limit] with target (1 - rel_tolerance) <=
+    evaluate(p) <= target, for an ``evaluate`` that does not increase with p.
+
+    Secant steps in (log p, log epsilon) from ``start`` (each move at most 16x) until the
+    target is bracketed, then Illinois regula falsi; where the grid makes epsilon(p)
+    piecewise smooth and the tolerance band is missed, the bracket end with enough noise
+    is returned, so the answer always meets the target.  Raises
+    :class:`~dpforge.errors.CalibrationError` when even ``high_limit`` gives too large an
+    epsilon, or (unless ``accept_lower_limit``) when ``low_limit`` already meets the
+    target.
+    """
+    floor, aim = target_epsilon * (1.0 - rel_tolerance), target_epsilon * (1.0 - 0.5 * rel_tolerance)
+    low, high = math.log(low_limit), math.log(high_limit)
+    x = min(max(math.log(start), low), high)
+    count = getattr(evaluate, "evaluations", None)
+
+    def root(log_p: float, value: float) -> Root:
+        return Root(math.exp(log_p), value, getattr(evaluate, "evaluations", 0) if count is not None else 0)
+
+    too_little: tuple[float, float] | None = None  # (log p, log eps - log aim) with eps > target
+    enough: tuple[float, float] | None = None
+    previous: tuple[float, float] | None = None
+    side = 0
+    for _ in range(80):
+        value = evaluate(math.exp(x))
+        if floor <= value <= target_epsilon:
+            return root(x, value)
+        f = _log(value) - math.log(aim)
+        if value > target_epsilon:
+            if x >= high:
+                raise CalibrationError(
+                    f"target_epsilon={target_epsilon:g} is not reachable: at the upper end of the search "
+                    f"bracket ({parameter_name}={high_limit:g}) the certified epsilon is {value:.6g}",
+                    parameter=high_limit,
+                    epsilon=value,
+                )
+            if too_little is None or x > too_little[0]:
+                too_little = (x, f)
+            if side == -1 and enough is not None:
+                enough = (enough[0], 0.5 * enough[1])
+            side = -1
+        else:
+            if x <= low:
+                if accept_lower_limit:
+                    return root(x, value)
+                raise CalibrationError(
+                    f"target_epsilon={target_epsilon:g} is met already at the lower end of the search bracket "
+                    f"({parameter_name}={low_limit:g}, certified epsilon {value:.6g}); lower the bracket",
+                    parameter=low_limit,
+                    epsilon=value,
+                )
+            if enough is None or x < enough[0]:
+                enough = (x, f)
+            if side == 1 and too_little is not None:
+                too_little = (too_little[0], 0.5 * too_little[1])
+            side = 1
+        if too_little is not None and enough is not None:
+            (xa, fa), (xb, fb) = too_little, enough
+            if abs(xb - xa) < 1e-13:
+                break
+            new = xb - fb * (xb - xa) / (fb - fa) if fb != fa else 0.5 * (xa + xb)
+            if not min(xa, xb) < new < max(xa, xb):
+                new = 0.5 * (xa + xb)
+        else:
+            slope = -1.1  # d log eps / d log p, typical for subsampled compositions
+            if previous is not None and x != previous[0]:
+                measured = (f - previous[1]) / (x - previous[0])
+                if measured < -0.05:
+                    slope = measured
+            move = min(max(-f / slope * 1.05, -math.log(16.0)), math.log(16.0))
+            new = min(max(x + move, low), high)
+        previous = (x, f)
+        x = new
+    if enough is None:  # pragma: no cover - the loop brackets long before
+        raise CalibrationError(f"no {parameter_name} in [{low_limit:g}, {high_limit:g}] was found to meet the target")
+    return root(enough[0], evaluate(math.exp(enough[0])))
 
 
 def calibrate(
     make_description: Callable[[float], Description],
     target_epsilon: float,
     delta: float,
+    *,
+    engine: str = DEFAULT_ENGINE,
     lower: float | None = None,
     upper: float | None = None,
     rel_tolerance: float = 1e-3,
-    *,
     start: float | None = None,
     parameter_name: str = "parameter",
+    engine_options: dict[str, Any] | None = None,
 ) -> CalibrationResult:
     """Find a noise parameter p with target*(1 - rel_tolerance) <= eps_upper(p) <= target.
 
     ``make_description(p)`` must describe a release whose epsilon decreases as p grows
-    (a noise multiplier or a Laplace scale).  ``lower``/``upper`` bound the search; when
-    absent the bracket is found by expanding from ``start`` (default 1) by factors of 2
-    within [1e-3, 1e4].  The PRV grid is set at the first evaluation; when the answer
-    lies more than 1.5x from the start, the search is repeated on a grid set at the
-    answer and the smaller certified parameter is kept, so a poor start costs time, not
-    noise.  The returned ``epsilon`` is the certified PRV upper bound at
-    ``parameter``.  Raises ``ValueError`` naming the bracket end when the target cannot
-    be met inside it.
+    (a noise multiplier or a Laplace scale).  ``lower``/``upper`` bound the search
+    (default [1e-3, 1e4]); it starts at ``start`` (default 1, or the bracket's geometric
+    mean when both ends are given).  With the PRV engine the grid is set at the first
+    evaluation; when the answer lies more than 1.5x from the start, the search is
+    repeated on a grid set at the answer and the smaller certified parameter is kept, so
+    a poor start costs time, not noise.  The returned ``epsilon`` is the engine's
+    certified upper bound at ``parameter``.  Raises
+    :class:`~dpforge.errors.CalibrationError` naming the bracket end when the target
+    cannot be met inside it.
     """
     target_epsilon = require_positive("target_epsilon", target_epsilon)
     delta = require_probability_open("delta", delta)
     rel_tolerance = require_positive("rel_tolerance", rel_tolerance)
     if rel_tolerance >= 1:
-        raise ValueError(f"rel_tolerance must be in (0, 1), got {rel_tolerance!r}")
-    low_limit = require_positive("lower", lower) if lower is not None else _SEARCH_LIMITS[0]
-    high_limit = require_positive("upper", upper) if upper is not None else _SEARCH_LIMITS[1]
+        raise ParameterError(f"rel_tolerance must be in (0, 1), got {rel_tolerance!r}")
+    low_limit = require_positive("lower", lower) if lower is not None else SEARCH_LIMITS[0]
+    high_limit = require_positive("upper", upper) if upper is not None else SEARCH_LIMITS[1]
     if low_limit >= high_limit:
-        raise ValueError(f"lower must be < upper, got lower={low_limit!r}, upper={high_limit!r}")
-    first = _search(make_description, target_epsilon, delta, low_limit, high_limit, rel_tolerance,
-                    start if start is not None else (math.sqrt(low_limit * high_limit) if lower and upper else 1.0),
-                    start is not None, parameter_name)
+        raise ParameterError(f"lower must be < upper, got lower={low_limit!r}, upper={high_limit!r}")
+    if start is None:
+        start = math.sqrt(low_limit * high_limit) if lower is not None and upper is not None else 1.0
+    start = require_positive("start", start)
+
+    def search(guess: float) -> CalibrationResult:
+        evaluate = certified_evaluator(
+            make_description, delta, engine=engine, rel_tolerance=rel_tolerance, engine_options=engine_options
+        )
+        found = find_parameter(
+            evaluate,
+            target_epsilon,
+            low_limit=low_limit,
+            high_limit=high_limit,
+            rel_tolerance=rel_tolerance,
+            start=guess,
+            parameter_name=parameter_name,
+        )
+        return CalibrationResult(
+            parameter=found.parameter,
+            epsilon=found.epsilon,
+            target_epsilon=target_epsilon,
+            delta=delta,
+            rel_tolerance=rel_tolerance,
+            evaluations=found.evaluations,
+            engine=engine,
+            parameter_name=parameter_name,
+        )
+
+    first = search(start)
     # The PRV grid is fixed at the first evaluation, for the starting parameter.  Far from
     # the answer that grid is coarse (e.g. a Laplace scale 10x the start), and a coarse
     # grid's certified bound calls for more noise than needed; search again on a grid set
     # at the answer and keep the smaller certified parameter.
-    if abs(math.log(first.parameter / first.grid_parameter)) > math.log(1.5):
+    if engine == "prv" and abs(math.log(first.parameter / min(max(start, low_limit), high_limit))) > math.log(1.5):
         try:
-            second = _search(make_description, target_epsilon, delta, low_limit, high_limit, rel_tolerance,
-                             first.parameter, True, parameter_name)
-        except ValueError:  # the first answer stands: it is certified on its own grid
-            return first.result
-        best = second.result if second.result.parameter < first.result.parameter else first.result
-        return dataclasses.replace(best, evaluations=first.result.evaluations + second.result.evaluations)
-    return first.result
-
-
-@dataclass(frozen=True)
-class _SearchOutcome:
-    result: CalibrationResult
-    grid_parameter: float
-
-    @property
-    def parameter(self) -> float:
-        return self.result.parameter
-
-
-def _search(
-    make_description: Callable[[float], Description],
-    target_epsilon: float,
-    delta: float,
-    low_limit: float,
-    high_limit: float,
-    rel_tolerance: float,
-    guess: float,
-    near: bool,
-    parameter_name: str,
-) -> _SearchOutcome:
-    """One bracketing + Illinois search on a grid fixed at ``guess`` (``near``: the guess
-    is believed close, so the bracket grows from a factor 1.25 instead of 2)."""
-    evaluate = _CertifiedUpper(make_description, delta, rel_tolerance)
-    floor = target_epsilon * (1.0 - rel_tolerance)
-    aim = target_epsilon * (1.0 - 0.5 * rel_tolerance)
-
-    guess = min(max(guess, low_limit), high_limit)
-
-    def accept(parameter: float) -> _SearchOutcome:
-        result = CalibrationResult(
-            parameter=parameter,
-            epsilon=evaluate(parameter),
-            target_epsilon=target_epsilon,
-            delta=delta,
-            rel_tolerance=rel_tolerance,
-            evaluations=evaluate.evaluations,
-            engine="prv",
-            parameter_name=parameter_name,
-        )
-        return _SearchOutcome(result, guess)
-
-    # 1. bracket: a_param with eps > target (too little noise), b_param with eps <= target
-    value = evaluate(guess)
-    if floor <= value <= target_epsilon:
-        return accept(guess)
-    too_little, enough = (guess, None) if value > target_epsilon else (None, guess)
-    factor = 1.25 if near else 2.0
-    while too_little is None or enough is None:
-        # geometric steps away from the guess, growing until the target is bracketed
-        if enough is None:
-            if too_little >= high_limit:
-                raise ValueError(
-                    f"target_epsilon={target_epsilon:g} is not reachable: at the upper end of the search "
-                    f"bracket ({parameter_name}={high_limit:g}) the certified epsilon is {evaluate(high_limit):.6g}"
-                )
-            candidate = min(too_little * factor, high_limit)
-        else:
-            if enough <= low_limit:
-                raise ValueError(
-                    f"target_epsilon={target_epsilon:g} is met already at the lower end of the search bracket "
-                    f"({parameter_name}={low_limit:g}, certified epsilon {evaluate(low_limit):.6g}); lower the bracket"
-                )
-            candidate = max(enough / factor, low_limit)
-        value = evaluate(candidate)
-        if floor <= value <= target_epsilon:
-            return accept(candidate)
-        if value > target_epsilon:
-            too_little = candidate
-        else:
-            enough = candidate
-        factor = min(factor * 2.0, 16.0)
-    # 2. Illinois regula falsi on log(eps) - log(aim) versus log(parameter)
-    xa, xb = math.log(too_little), math.log(enough)
-    fa = _log(evaluate(too_little)) - math.log(aim)
-    fb = _log(evaluate(enough)) - math.log(aim)
-    side = 0
-    for _ in range(60):
-        x = xb - fb * (xb - xa) / (fb - fa) if fb != fa else 0.5 * (xa + xb)
-        if not (min(xa, xb) < x < max(xa, xb)):
-            x = 0.5 * (xa + xb)
-        parameter = math.exp(x)
-        v = evaluate(parameter)
-        if floor <= v <= target_epsilon:
-            return accept(parameter)
-        fx = _log(v) - math.log(aim)
-        if fx > 0:  # too little noise: replaces the `too_little` end
-            xa, fa = x, fx
-            if side == -1:
-                fb *= 0.5
-            side = -1
-        else:
-            xb, fb = x, fx
-            if side == 1:
-                fa *= 0.5
-            side = 1
-        if abs(xb - xa) < 1e-13:
-            break
-    # the grid makes eps(parameter) piecewise smooth; fall back to the safe end
-    return accept(math.exp(xb))
-
-
-def _log(value: float) -> float:
-    """log for the root finder; a certified epsilon of 0 (enough noise to reach
-    delta = 0 at eps = 0) maps to a large negative number instead of failing."""
-    return math.log(value) if value > 1e-300 else -700.0
+            second = search(first.parameter)
+        except CalibrationError:  # the first answer stands: it is certified on its own grid
+            return first
+        best = second if second.parameter < first.parameter else first
+        return dataclasses.replace(best, evaluations=first.evaluations + second.evaluations)
+    return first
 
 
 def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:
@@ -232,21 +283,28 @@ def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:
     return optimize.brentq(excess, 1e-6, high, xtol=1e-10)
 
 
+def _run(mechanism, sampling_rate: float, steps: int) -> Composed:
+    """``steps`` releases of ``mechanism``, Poisson-subsampled when ``sampling_rate < 1``."""
+    step = PoissonSampled(mechanism, sampling_rate) if sampling_rate < 1.0 else mechanism
+    return Composed([(step, steps)])
+
+
 def calibrate_noise_multiplier(
     sampling_rate: float,
     steps: int,
     target_epsilon: float,
     delta: float,
-    rel_tolerance: float = 1e-3,
     *,
+    rel_tolerance: float = 1e-3,
     lower: float | None = None,
     upper: float | None = None,
+    engine: str = DEFAULT_ENGINE,
 ) -> CalibrationResult:
     """Noise multiplier of a Poisson-subsampled Gaussian (DP-SGD) meeting the target.
 
     The search starts at the central-limit approximation mu = q sqrt(T (e^{1/sigma^2} - 1))
-    (Bu et al. 2020), which is close but not certified, and finishes on certified PRV
-    upper bounds.
+    (Bu et al. 2020), which is close but not certified, and finishes on certified upper
+    bounds of ``engine``.
     """
     sampling_rate = require_sampling_rate("sampling_rate", sampling_rate)
     steps = require_count("steps", steps)
@@ -257,15 +315,16 @@ def calibrate_noise_multiplier(
         start = math.sqrt(steps) / mu
     else:
         start = 1.0 / math.sqrt(math.log1p(mu**2 / (sampling_rate**2 * steps)))
-
-    def make(noise_multiplier: float):
-        mechanism = Gaussian(noise_multiplier)
-        if sampling_rate < 1.0:
-            mechanism = PoissonSampled(mechanism, sampling_rate)
-        return Composed([(mechanism, steps)])
-
     return calibrate(
-        make, target_epsilon, delta, lower, upper, rel_tolerance, start=start, parameter_name="noise_multiplier"
+        lambda noise_multiplier: _run(Gaussian(noise_multiplier), sampling_rate, steps),
+        target_epsilon,
+        delta,
+        engine=engine,
+        lower=lower,
+        upper=upper,
+        rel_tolerance=rel_tolerance,
+        start=start,
+        parameter_name="noise_multiplier",
     )
 
 
@@ -274,11 +333,12 @@ def calibrate_laplace_scale(
     steps: int,
     target_epsilon: float,
     delta: float,
+    *,
     sensitivity: float = 1.0,
     rel_tolerance: float = 1e-3,
-    *,
     lower: float | None = None,
     upper: float | None = None,
+    engine: str = DEFAULT_ENGINE,
 ) -> CalibrationResult:
     """Laplace scale b of a Poisson-subsampled Laplace mechanism meeting the target.
 
@@ -292,12 +352,14 @@ def calibrate_laplace_scale(
     sensitivity = require_positive("sensitivity", sensitivity)
     per_step = target_epsilon / steps
     ratio = math.log1p(math.expm1(per_step) / sampling_rate)  # s/b giving that per-step epsilon
-    start = 0.8 * sensitivity / ratio
-
-    def make(scale: float):
-        mechanism = Laplace(scale, sensitivity)
-        if sampling_rate < 1.0:
-            mechanism = PoissonSampled(mechanism, sampling_rate)
-        return Composed([(mechanism, steps)])
-
-    return calibrate(make, target_epsilon, delta, lower, upper, rel_tolerance, start=start, parameter_name="scale")
+    return calibrate(
+        lambda scale: _run(Laplace(scale, sensitivity), sampling_rate, steps),
+        target_epsilon,
+        delta,
+        engine=engine,
+        lower=lower,
+        upper=upper,
+        rel_tolerance=rel_tolerance,
+        start=0.8 * sensitivity / ratio,
+        parameter_name="scale",
+    )

@@ -33,7 +33,7 @@ from dpforge.accounting.results import CalibrationResult, DeltaResult, EpsilonRe
 from dpforge.mechanisms.base import Gaussian
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.mechanisms.pairs import PrivacyLoss
-from dpforge.mechanisms.validation import (
+from dpforge.validation import (
     require_count,
     require_non_negative,
     require_positive,

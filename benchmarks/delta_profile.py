@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from dpforge.accounting import delta
-from dpforge.accounting.api import delta_profile
+from dpforge.accounting.profiles import delta_profile
 from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
 
 HERE = Path(__file__).resolve().parent

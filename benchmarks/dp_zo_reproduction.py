@@ -35,7 +35,7 @@ import numba
 import numpy as np
 
 from dpforge.accounting import calibrate_laplace_scale, epsilon
-from dpforge.accounting import montecarlo
+from dpforge.accounting.montecarlo import engine as montecarlo
 from dpforge.accounting.pure import pure_epsilon
 from dpforge.mechanisms.base import Gaussian, Laplace, PureDP
 from dpforge.mechanisms.combinators import Composed, PoissonSampled

@@ -26,7 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from dpforge.accounting import epsilon
-from dpforge.accounting.rdp_lmo import lmo_rdp_exact, lmo_rdp_mgf_bound, noise_rdp
+from dpforge.accounting.rdp.lmo import lmo_rdp_exact, lmo_rdp_mgf_bound, noise_rdp
 from dpforge.mechanisms import LMO, Composed, Laplace, PoissonSampled
 
 MECHANISM = LMO(

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from dpforge.accounting import calibrate_laplace_scale
-from dpforge.mechanisms.lmo_search import lmo_search
+from dpforge.design.search import lmo_search
 
 DELTA = 1e-5
 SAMPLING_RATE = 0.01

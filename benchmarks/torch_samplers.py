@@ -5,7 +5,7 @@
 
 1. **Throughput.**  For each mechanism (Gaussian, Laplace, LMO with all three mixture
    components, LMO without its Gamma part) the wall time of a draw of N float32
-   elements with :func:`dpforge.mechanisms.torch_noise.sample_noise` divided by the time
+   elements with :func:`dpforge.train.noise.sample_noise` divided by the time
    of ``torch.randn(N)`` on the same device with the same kind of generator, timed back
    to back in each round; the median ratio over ``repeats`` rounds is reported.  CPU:
    N = 1e7 (``--threads`` intra-op threads).  CUDA (when available): N = 1e8 and 1e9,
@@ -33,8 +33,8 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from dpforge.mechanisms import LMO, Gaussian, Laplace
-from dpforge.mechanisms.torch_dpzo import DPZero
-from dpforge.mechanisms.torch_noise import sample_noise
+from dpforge.train.dpzo import DPZero
+from dpforge.train.noise import sample_noise
 
 MECHANISMS = {
     "gaussian": Gaussian(1.0),

@@ -150,7 +150,7 @@ def lmo_description(args: argparse.Namespace) -> tuple[Description, dict[str, An
 
 
 def _command_search(args: argparse.Namespace) -> int:
-    from dpforge.mechanisms.lmo_search import _spawn_pool, lmo_search
+    from dpforge.design.search import _spawn_pool, lmo_search
 
     target = _number("--target-epsilon", args.target_epsilon, "a finite number > 0", lambda v: v > 0)
     delta = _number("--delta", args.delta, "in (0, 1)", lambda v: 0.0 < v < 1.0)

@@ -33,11 +33,12 @@ from dpforge.accounting import calibrate_laplace_scale, calibrate_noise_multipli
 from dpforge.accounting import delta as account_delta
 from dpforge.accounting import epsilon as account_epsilon
 from dpforge.accounting.results import json_ready
-from dpforge.accounting.plan import NOISE_PARAMETERS, Phase, Plan, PlanError, VerifyReport, load_plan, verify_plan
+from dpforge.budget.plan import NOISE_PARAMETERS, Phase, Plan, PlanError, load_plan
+from dpforge.budget.verify import VerifyReport, verify_plan
 from dpforge.cli.lmo import add_lmo_commands, lmo_description
 from dpforge.cli.plot import add_plot_commands
 from dpforge.mechanisms.combinators import Description
-from dpforge.mechanisms.validation import (
+from dpforge.validation import (
     require_count,
     require_non_negative,
     require_positive,
@@ -101,7 +102,7 @@ def _shown(text: str) -> str:
 
 
 def _checked(flag: str, text: str, require: Callable[[str, object], Any]) -> Any:
-    """``text`` as a number accepted by ``require`` (from :mod:`dpforge.mechanisms.validation`).
+    """``text`` as a number accepted by ``require`` (from :mod:`dpforge.validation`).
 
     ``nan`` and ``inf`` parse as floats and are then rejected like any out-of-range value.
     """
@@ -327,7 +328,9 @@ def _command_epsilon(args: argparse.Namespace) -> int:
     else:
         delta = _delta_flag(args)
     engine, options = _engine_options(args)
-    result = account_epsilon(description, delta, engine=engine, relative_accuracy=relative_accuracy, **options)
+    if engine == "prv":  # the other engines have no grid to refine
+        options["relative_accuracy"] = relative_accuracy
+    result = account_epsilon(description, delta, engine=engine, **options)
     if args.json:
         _print_json({**result.to_dict(), "description": summary})
         return EXIT_OK
@@ -352,7 +355,9 @@ def _command_delta(args: argparse.Namespace) -> int:
     description, summary, _ = _description(args)
     epsilon = _checked("--epsilon", _required(args, "epsilon", "a number >= 0"), require_non_negative)
     engine, options = _engine_options(args)
-    result = account_delta(description, epsilon, engine=engine, relative_accuracy=relative_accuracy, **options)
+    if engine == "prv":
+        options["relative_accuracy"] = relative_accuracy
+    result = account_delta(description, epsilon, engine=engine, **options)
     if args.json:
         _print_json({**result.to_dict(), "description": summary})
         return EXIT_OK
@@ -384,9 +389,11 @@ def _command_calibrate(args: argparse.Namespace) -> int:
     rel_tolerance = _relative_accuracy(args.relative_accuracy)
     try:
         if noise == "gaussian":
-            result = calibrate_noise_multiplier(sampling_rate, steps, target_epsilon, delta, rel_tolerance)
+            result = calibrate_noise_multiplier(sampling_rate, steps, target_epsilon, delta, rel_tolerance=rel_tolerance)
         else:
-            result = calibrate_laplace_scale(sampling_rate, steps, target_epsilon, delta, sensitivity, rel_tolerance)
+            result = calibrate_laplace_scale(
+                sampling_rate, steps, target_epsilon, delta, sensitivity=sensitivity, rel_tolerance=rel_tolerance
+            )
     except (ValueError, ArithmeticError) as error:
         if "target_epsilon" in str(error):
             raise

@@ -3,7 +3,7 @@
 Synthetic data (a 4-class Gaussian mixture in 20 dimensions pushed through a random
 non-linearity), a 3-layer MLP, Poisson sampling.  The noise multiplier for the target
 (epsilon, delta) comes from :func:`dpforge.accounting.calibrate_noise_multiplier`;
-:class:`dpforge.mechanisms.torch_dpsgd.DPSGDNoiseStep` clips each layer's per-example
+:class:`dpforge.train.dpsgd.DPSGDNoiseStep` clips each layer's per-example
 gradient (from ``torch.func``) at its own threshold C_k, allocates the noise across layers
 ("weighted": shares proportional to C_k sqrt(d_k)), spends part of the step's budget on
 private clipped counts that move the thresholds towards the median norm (Andrew et al.
@@ -22,7 +22,7 @@ import torch
 
 from dpforge.accounting import calibrate_noise_multiplier
 from dpforge.cli.main import main as dpforge_cli
-from dpforge.mechanisms.torch_dpsgd import AdaptiveClipping, DPSGDNoiseStep, per_sample_gradients
+from dpforge.train.dpsgd import AdaptiveClipping, DPSGDNoiseStep, per_sample_gradients
 
 N_TRAIN, N_TEST, FEATURES, CLASSES = 6000, 2000, 20, 4
 BATCH, STEPS = 200, 300  # expected batch size, steps

@@ -7,7 +7,7 @@ The problem of Zhang et al. (2023, "DPZero"): n = 10,000 points x_i in R^d, the 
 each term 1-Lipschitz, minimised privately at (epsilon = 2, delta = 1e-6) by three
 zeroth-order methods (and a non-private reference) with the same Poisson sampling, steps and direction z ~ N(0, I_d):
 
-* **DPZero (Gaussian)** -- :class:`dpforge.mechanisms.torch_dpzo.DPZero`: per-example
+* **DPZero (Gaussian)** -- :class:`dpforge.train.dpzo.DPZero`: per-example
   differences (l_i(x + lam z) - l_i(x - lam z)) clipped to +-2 lam c, their sum plus
   scalar Gaussian noise, update along z.
 * **DPZero (Laplace)** -- the same with scalar Laplace noise (safe: one number per step).
@@ -33,10 +33,10 @@ import time
 import torch
 
 from dpforge.accounting import calibrate_laplace_scale, calibrate_noise_multiplier
-from dpforge.accounting.ledger import Ledger
+from dpforge.budget.ledger import Ledger
 from dpforge.mechanisms import Gaussian, Laplace
-from dpforge.mechanisms.torch_dpzo import DPZero
-from dpforge.mechanisms.torch_noise import add_noise_
+from dpforge.train.dpzo import DPZero
+from dpforge.train.noise import add_noise_
 
 N, EPSILON, DELTA = 10_000, 2.0, 1e-6
 BATCH, STEPS = 500, 400  # expected batch size, steps

@@ -1,14 +1,21 @@
-"""Mechanism descriptions: frozen dataclasses describing noisy releases.
+"""Describe: frozen dataclasses describing noisy releases (row 1 of the layout).
 
 A description says what happened (noise family, parameters, sensitivity, sampling,
 composition); engines in :mod:`dpforge.accounting` count it.
 """
 
+from dpforge import _deprecated
+from dpforge.mechanisms.allocation import (
+    allocate_noise,
+    effective_noise_multiplier,
+    geometric_threshold_update,
+    gradient_noise_multiplier,
+)
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP, RandomizedResponse
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.mechanisms.dp_event import from_dp_event, to_dp_event
 from dpforge.mechanisms.lmo import LMO, LMOPair
-from dpforge.mechanisms.lmo_search import LMOSearchResult, lmo_search
+from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 from dpforge.mechanisms.pairs import (
     GaussianPair,
     LaplacePair,
@@ -19,6 +26,10 @@ from dpforge.mechanisms.pairs import (
 
 __all__ = [
     "Component",
+    "allocate_noise",
+    "effective_noise_multiplier",
+    "geometric_threshold_update",
+    "gradient_noise_multiplier",
     "Composed",
     "Description",
     "Gaussian",
@@ -27,7 +38,6 @@ __all__ = [
     "LaplacePair",
     "LMO",
     "LMOPair",
-    "LMOSearchResult",
     "Mechanism",
     "MonotonePair",
     "PoissonSampled",
@@ -37,6 +47,11 @@ __all__ = [
     "RandomizedResponsePair",
     "flatten",
     "from_dp_event",
-    "lmo_search",
+    "mechanism_from_dict",
+    "mechanism_to_dict",
     "to_dp_event",
 ]
+
+
+def __getattr__(name: str):
+    return _deprecated.moved_name(__name__, name)

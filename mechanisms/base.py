@@ -14,7 +14,7 @@ from dpforge.mechanisms.pairs import (
     PrivacyLoss,
     RandomizedResponsePair,
 )
-from dpforge.mechanisms.validation import require_count, require_non_negative, require_positive
+from dpforge.validation import require_count, require_non_negative, require_positive
 
 DIRECTIONS: tuple[Direction, ...] = ("remove", "add")
 

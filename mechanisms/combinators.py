@@ -14,7 +14,7 @@ import numpy as np
 
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
-from dpforge.mechanisms.validation import require_count, require_sampling_rate
+from dpforge.validation import require_count, require_sampling_rate
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ import numpy as np
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.pairs import MonotonePair, Under, _as_array
-from dpforge.mechanisms.validation import require_count, require_positive
+from dpforge.validation import require_count, require_positive
 
 Norm = Literal["l1", "l2"]
 COMPONENTS = ("gamma", "exponential", "uniform")
@@ -271,36 +271,25 @@ class LMO(Mechanism):
         return _cached_pair(self)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict of all fields with ``"mechanism": "lmo"``; :meth:`from_dict` inverts it."""
-        return {
-            "mechanism": "lmo",
-            "weights": list(self.weights),
-            "gamma_shape": self.gamma_shape,
-            "gamma_scale": self.gamma_scale,
-            "exponential_rate": self.exponential_rate,
-            "uniform_low": self.uniform_low,
-            "uniform_high": self.uniform_high,
-            "sensitivity": self.sensitivity,
-            "dimension": self.dimension,
-            "norm": self.norm,
-        }
+        """JSON-ready dict of all fields with ``"mechanism": "lmo"`` (the one serialisation of
+        :mod:`dpforge.mechanisms.serialize`); :meth:`from_dict` inverts it."""
+        from dpforge.mechanisms.serialize import mechanism_to_dict
+
+        return mechanism_to_dict(self)
 
     @classmethod
     def from_dict(cls, data: dict) -> "LMO":
-        """Inverse of :meth:`to_dict`; unknown or missing fields are a one-line ValueError."""
-        if not isinstance(data, dict):
-            raise ValueError(f"an LMO description must be a JSON object, got {type(data).__name__}")
-        fields = dict(data)
-        kind = fields.pop("mechanism", "lmo")
-        if kind != "lmo":
-            raise ValueError(f"mechanism must be 'lmo', got {kind!r}")
-        allowed = set(cls.__dataclass_fields__)
-        unknown = sorted(set(fields) - allowed)
-        if unknown:
-            raise ValueError(f"unknown LMO field {unknown[0]!r}; allowed: {', '.join(sorted(allowed))}")
-        if "weights" not in fields:
-            raise ValueError("an LMO description needs 'weights' (three numbers summing to 1)")
-        return cls(**fields)
+        """Inverse of :meth:`to_dict`; the kind may be left out; unknown, missing or
+        mistyped fields are a one-line :class:`~dpforge.errors.InputFileError`."""
+        from dpforge.errors import InputFileError
+        from dpforge.mechanisms.serialize import mechanism_from_dict
+
+        if isinstance(data, dict) and "mechanism" not in data:
+            data = {"mechanism": "lmo", **data}
+        mechanism = mechanism_from_dict(data)
+        if not isinstance(mechanism, cls):
+            raise InputFileError(f"mechanism: must be 'lmo', got {data.get('mechanism')!r}")
+        return mechanism
 
 
 @functools.lru_cache(maxsize=64)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dpforge.accounting import epsilon
-from dpforge.accounting.allocation import (
+from dpforge.mechanisms.allocation import (
     allocate_noise,
     effective_noise_multiplier,
     geometric_threshold_update,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dpforge.accounting import epsilon, load_plan, verify_plan
-from dpforge.accounting.ledger import Ledger
+from dpforge.accounting import epsilon
+from dpforge.budget import load_plan, verify_plan
+from dpforge.budget.ledger import Ledger
 from dpforge.cli.main import main as cli_main
 from dpforge.mechanisms import LMO, Composed, Gaussian, Laplace, PoissonSampled
 
@@ -73,5 +74,5 @@ def test_refusals():
         ledger.to_plan(None, delta=1e-5)
     with pytest.raises(ValueError, match="entries\\[0\\]"):
         Ledger.from_dict({"entries": [{"mechanism": {"mechanism": "gaussian", "noise_multiplier": -1}, "sampling_rate": 0.1, "steps": 1}]})
-    with pytest.raises(ValueError, match="unknown mechanism kind"):
+    with pytest.raises(ValueError, match="mechanism: must be one of gaussian, laplace, pure, lmo"):
         Ledger.from_dict({"entries": [{"mechanism": {"mechanism": "cauchy"}, "sampling_rate": 0.1, "steps": 1}]})

@@ -12,7 +12,7 @@ import pytest
 from scipy import integrate, stats
 
 from dpforge.accounting import epsilon
-from dpforge.accounting.rdp_lmo import (
+from dpforge.accounting.rdp.lmo import (
     laplace_rdp_at_shift,
     lmo_pure_cap,
     lmo_rdp_exact,
@@ -259,7 +259,7 @@ def test_bad_orders_and_files():
         lmo_rdp_exact(MIXED, [1.0])
     with pytest.raises(ValueError, match="orders"):
         lmo_rdp_exact(MIXED, [float("nan")])
-    with pytest.raises(ValueError, match="unknown LMO field"):
+    with pytest.raises(ValueError, match="colour: not a field of a lmo mechanism"):
         LMO.from_dict({"weights": [1, 0, 0], "colour": 1})
     with pytest.raises(ValueError, match="weights"):
         LMO.from_dict({"gamma_shape": 2.0})

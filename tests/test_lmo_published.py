@@ -1,7 +1,7 @@
 """The AS-PUBLISHED (public code) LMO accounting and its documented failures.
 
 Every comparison computes both sides at test time: the public formula
-(:mod:`dpforge.mechanisms.lmo_published`, NOT CERTIFIED) against the exact Rényi
+(:mod:`dpforge.accounting.rdp.published`, NOT CERTIFIED) against the exact Rényi
 divergence (``lmo_rdp_exact``, quadrature) and the sound joint-convexity bound
 (``lmo_rdp_mgf_bound``).  Only mechanism parameters are fixed here.
 """
@@ -16,9 +16,9 @@ import pytest
 
 import dpforge
 from dpforge.accounting.rdp import epsilon_from_rdp
-from dpforge.accounting.rdp_lmo import lmo_rdp_exact, lmo_rdp_mgf_bound
+from dpforge.accounting.rdp.lmo import lmo_rdp_exact, lmo_rdp_mgf_bound
 from dpforge.mechanisms import LMO
-from dpforge.mechanisms.lmo_published import (
+from dpforge.accounting.rdp.published import (
     PUBLIC_CODE_ORDERS,
     PublishedParameters,
     lmo_epsilon_as_published,

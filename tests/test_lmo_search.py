@@ -19,10 +19,10 @@ import pytest
 from dpforge.accounting import calibrate_noise_multiplier, epsilon
 from dpforge.cli import lmo as cli_lmo
 from dpforge.mechanisms import LMO, Composed, PoissonSampled
-from dpforge.mechanisms.lmo_search import LMOSearchResult, lmo_search
+from dpforge.design.search import LMOSearchResult, lmo_search
 
-# the module itself (``dpforge.mechanisms.lmo_search`` may be re-exported as the function)
-search_module = importlib.import_module("dpforge.mechanisms.lmo_search")
+# the module itself (``dpforge.design.search`` may be re-exported as the function)
+search_module = importlib.import_module("dpforge.design.search")
 
 TARGET, DELTA, Q, T = 1.0, 1e-5, 0.05, 100
 
@@ -255,10 +255,10 @@ def test_from_dict_rejects_bad_results(result):
         ("{not json", "not valid JSON"),
         ("[1, 2]", "must hold a JSON object"),
         ('{"mechanism": "gaussian"}', "'mechanism' must be 'lmo'"),
-        ('{"mechanism": "lmo"}', "needs 'weights'"),
+        ('{"mechanism": "lmo"}', "weights: missing"),
         ('{"weights": [0.5, 0.6, 0.0]}', "sum to 1"),
         ('{"weights": [1, 0, 0], "gamma_shape": -1}', "gamma_shape"),
-        ('{"weights": [1, 0, 0], "colour": 1}', "unknown LMO field 'colour'"),
+        ('{"weights": [1, 0, 0], "colour": 1}', "colour: not a field of a lmo mechanism"),
         ('{"mechanism": {"weights": [1, 0, 0], "uniform_low": 2, "uniform_high": 1}}', "uniform_low"),
     ],
 )

@@ -15,8 +15,8 @@ import pytest
 from scipy import integrate, stats
 
 from dpforge.accounting import delta, epsilon
-from dpforge.accounting import montecarlo as mc
-from dpforge.accounting import montecarlo_kernels as kernels
+from dpforge.accounting.montecarlo import engine as mc
+from dpforge.accounting.montecarlo import kernels
 from dpforge.accounting.results import MonteCarloDeltaResult, MonteCarloEpsilonResult
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Composed, PoissonSampled, flatten

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from dpforge.accounting import epsilon
-from dpforge.accounting.opacus_accountant import DpforgeAccountant
+from dpforge.train.opacus import DpforgeAccountant
 from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
 
 

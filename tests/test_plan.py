@@ -8,16 +8,8 @@ from pathlib import Path
 import pytest
 
 from dpforge.accounting import epsilon
-from dpforge.accounting.plan import (
-    Phase,
-    Plan,
-    PlanError,
-    load_plan,
-    parse_plan,
-    plan_to_toml,
-    verify_plan,
-    write_plan,
-)
+from dpforge.budget.plan import Phase, Plan, PlanError, load_plan, parse_plan, plan_to_toml, write_plan
+from dpforge.budget.verify import verify_plan
 from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "plans"

@@ -8,8 +8,9 @@ import pytest
 pytest.importorskip("matplotlib")
 
 from dpforge import plots  # noqa: E402
-from dpforge.accounting import Phase, Plan, delta, epsilon  # noqa: E402
-from dpforge.accounting.api import delta_profile  # noqa: E402
+from dpforge.budget import Phase, Plan
+from dpforge.accounting import delta, epsilon  # noqa: E402
+from dpforge.accounting.profiles import delta_profile  # noqa: E402
 from dpforge.accounting.rdp import rdp_curve  # noqa: E402
 from dpforge.cli.main import main  # noqa: E402
 from dpforge.mechanisms import LMO, Composed, Gaussian, Laplace, PoissonSampled, PureDP  # noqa: E402

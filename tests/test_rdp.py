@@ -326,18 +326,8 @@ def test_composition_and_sources():
         curve.values[0] = 1.0  # read-only
 
 
-def test_laplace_fallback_without_rdp_lmo(monkeypatch):
-    orders = np.array([1.5, 2.0, 7.0])
-    monkeypatch.setattr(R, "_noise_rdp", lambda: None)
-    curve = R.rdp_curve(Laplace(scale=0.5), orders)
-    assert curve.sources == ("laplace: exact",)
-    assert np.allclose(curve.values, R.laplace_rdp(2.0, orders))
-    with pytest.raises(ValueError, match="rdp_lmo"):
-        R.rdp_curve(Laplace(scale=0.5, dimension=3, norm="l2"), orders)
-
-
 def test_vector_release_goes_through_noise_rdp():
-    rdp_lmo = pytest.importorskip("dpforge.accounting.rdp_lmo")
+    rdp_lmo = pytest.importorskip("dpforge.accounting.rdp.lmo")
     orders = np.array([2.0, 4.0])
     mechanism = Laplace(scale=1.0, dimension=4, norm="l2")
     values, label = rdp_lmo.noise_rdp(mechanism, orders)

@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dpforge.mechanisms import LMO, Gaussian, Laplace  # noqa: E402
-from dpforge.mechanisms.torch_distributed import noisy_all_reduce_  # noqa: E402
-from dpforge.mechanisms.torch_noise import sample_noise  # noqa: E402
+from dpforge.train.distributed import noisy_all_reduce_  # noqa: E402
+from dpforge.train.noise import sample_noise  # noqa: E402
 
 
 
@@ -34,9 +34,9 @@ WORKER = textwrap.dedent(
     import torch.distributed as dist
     import torch.multiprocessing as mp
     from dpforge.mechanisms import Gaussian, Laplace
-    from dpforge.mechanisms.torch_distributed import noisy_all_reduce_, shared_generator
-    from dpforge.mechanisms.torch_dpsgd import DPSGDNoiseStep
-    from dpforge.mechanisms.torch_noise import add_noise_
+    from dpforge.train.distributed import noisy_all_reduce_, shared_generator
+    from dpforge.train.dpsgd import DPSGDNoiseStep
+    from dpforge.train.noise import add_noise_
 
     N = 200_000
 

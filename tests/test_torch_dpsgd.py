@@ -9,11 +9,11 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from dpforge.accounting import epsilon  # noqa: E402
-from dpforge.accounting.allocation import allocate_noise, gradient_noise_multiplier  # noqa: E402
-from dpforge.accounting.ledger import Ledger, LedgerEntry  # noqa: E402
+from dpforge.mechanisms.allocation import allocate_noise, gradient_noise_multiplier  # noqa: E402
+from dpforge.budget.ledger import Ledger, LedgerEntry  # noqa: E402
 from dpforge.cli.main import main as cli_main  # noqa: E402
 from dpforge.mechanisms import Composed, Gaussian  # noqa: E402
-from dpforge.mechanisms.torch_dpsgd import (  # noqa: E402
+from dpforge.train.dpsgd import (  # noqa: E402
     AdaptiveClipping,
     DPSGDNoiseStep,
     clip_and_sum,

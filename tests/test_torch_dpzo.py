@@ -10,11 +10,11 @@ import pytest
 torch = pytest.importorskip("torch")
 stats = pytest.importorskip("scipy.stats")
 
-from dpforge.accounting.ledger import Ledger, LedgerEntry  # noqa: E402
+from dpforge.budget.ledger import Ledger, LedgerEntry  # noqa: E402
 from dpforge.cli.main import main as cli_main  # noqa: E402
 from dpforge.mechanisms import LMO, Gaussian, Laplace, PureDP  # noqa: E402
-from dpforge.mechanisms.torch_bitfit import freeze_all_but_bias  # noqa: E402
-from dpforge.mechanisms.torch_dpzo import DPZero, ZOStep, clipped_difference_sum, replay  # noqa: E402
+from dpforge.train.bitfit import freeze_all_but_bias  # noqa: E402
+from dpforge.train.dpzo import DPZero, ZOStep, clipped_difference_sum, replay  # noqa: E402
 
 
 

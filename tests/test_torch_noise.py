@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 stats = pytest.importorskip("scipy.stats")
 
 from dpforge.mechanisms import LMO, Gaussian, Laplace, PureDP  # noqa: E402
-from dpforge.mechanisms.torch_noise import add_noise_, noise_std, sample_noise  # noqa: E402
+from dpforge.train.noise import add_noise_, noise_std, sample_noise  # noqa: E402
 
 
 

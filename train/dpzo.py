@@ -31,11 +31,11 @@ from typing import Callable, Iterable, Sequence
 
 import torch
 
-from dpforge.accounting.ledger import Ledger
+from dpforge.budget.ledger import Ledger
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.lmo import LMO
-from dpforge.mechanisms.torch_noise import check_release, sample_noise
-from dpforge.mechanisms.validation import require_positive, require_sampling_rate
+from dpforge.train.noise import check_release, sample_noise
+from dpforge.validation import require_positive, require_sampling_rate
 
 __all__ = ["DPZero", "ZOStep", "clipped_difference_sum", "perturb_", "replay"]
 
@@ -109,7 +109,7 @@ class DPZero(torch.optim.Optimizer):
     sampling).  ``seed`` seeds the public per-step seeds; ``noise_generator`` (a CPU
     generator, secret) draws the privacy noise, fresh from the OS when omitted.
     Parameters with ``requires_grad=False`` are left alone (e.g. after
-    :func:`~dpforge.mechanisms.torch_bitfit.freeze_all_but_bias`).
+    :func:`~dpforge.train.bitfit.freeze_all_but_bias`).
     """
 
     def __init__(

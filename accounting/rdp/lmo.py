@@ -38,11 +38,11 @@ from typing import Literal
 import numpy as np
 from scipy.special import logsumexp
 
-from dpforge.accounting.rdp import laplace_rdp, randomized_response_rdp, require_orders
+from dpforge.accounting.rdp.formulas import laplace_rdp, randomized_response_rdp, require_orders
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Laplace
 from dpforge.mechanisms.lmo import LMO
-from dpforge.mechanisms.validation import require_non_negative
+from dpforge.validation import require_non_negative
 
 Method = Literal["exact", "mgf"]
 METHODS = ("exact", "mgf")

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpforge.accounting.api import epsilon as account_epsilon
-from dpforge.accounting.plan import Phase, Plan, write_plan
+from dpforge.budget.plan import Phase, Plan, write_plan
 from dpforge.accounting.results import EpsilonResult
-from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
+from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
-from dpforge.mechanisms.lmo import LMO
-from dpforge.mechanisms.validation import require_count, require_sampling_rate
+from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
+from dpforge.validation import require_count, require_sampling_rate
 
 
 @dataclass(frozen=True)
@@ -37,43 +37,6 @@ class LedgerEntry:
         return Composed([(step, self.steps)])
 
 
-def _mechanism_to_dict(mechanism: Mechanism) -> dict[str, Any]:
-    if isinstance(mechanism, Gaussian):
-        return {"mechanism": "gaussian", "noise_multiplier": mechanism.noise_multiplier, "sensitivity": mechanism.sensitivity}
-    if isinstance(mechanism, Laplace):
-        return {
-            "mechanism": "laplace",
-            "scale": mechanism.scale,
-            "sensitivity": mechanism.sensitivity,
-            "dimension": mechanism.dimension,
-            "norm": mechanism.norm,
-        }
-    if isinstance(mechanism, PureDP):
-        return {"mechanism": "pure", "epsilon": mechanism.epsilon}
-    if isinstance(mechanism, LMO):
-        return mechanism.to_dict()
-    raise ValueError(f"the ledger cannot record a {type(mechanism).__name__}")
-
-
-def _mechanism_from_dict(data: dict[str, Any]) -> Mechanism:
-    if not isinstance(data, dict) or "mechanism" not in data:
-        raise ValueError("each ledger entry needs a 'mechanism' object with a 'mechanism' kind")
-    fields = dict(data)
-    kind = fields.pop("mechanism")
-    try:
-        if kind == "gaussian":
-            return Gaussian(**fields)
-        if kind == "laplace":
-            return Laplace(**fields)
-        if kind == "pure":
-            return PureDP(**fields)
-    except TypeError as error:
-        raise ValueError(f"bad {kind} mechanism fields: {error}") from None
-    if kind == "lmo":
-        return LMO.from_dict(data)
-    raise ValueError(f"unknown mechanism kind {kind!r} (gaussian, laplace, pure, lmo)")
-
-
 class Ledger:
     """Append-only record of private steps (not thread-safe; one per training process)."""
 
@@ -85,7 +48,7 @@ class Ledger:
         previous entry when both are equal)."""
         if not isinstance(mechanism, Mechanism):
             raise ValueError(f"mechanism must be a dpforge mechanism, got {type(mechanism).__name__}")
-        _mechanism_to_dict(mechanism)  # refuses what the ledger cannot serialise
+        mechanism_to_dict(mechanism)  # refuses what the ledger cannot serialise
         rate = require_sampling_rate("sampling_rate", sampling_rate)
         count = require_count("steps", steps)
         if self._entries and self._entries[-1].mechanism == mechanism and self._entries[-1].sampling_rate == rate:
@@ -155,7 +118,7 @@ class Ledger:
         """``{"entries": [{"mechanism": {...}, "sampling_rate": q, "steps": n}, ...]}``."""
         return {
             "entries": [
-                {"mechanism": _mechanism_to_dict(e.mechanism), "sampling_rate": e.sampling_rate, "steps": e.steps}
+                {"mechanism": mechanism_to_dict(e.mechanism), "sampling_rate": e.sampling_rate, "steps": e.steps}
                 for e in self._entries
             ]
         }
@@ -173,7 +136,7 @@ class Ledger:
         ledger = cls()
         for index, item in enumerate(data["entries"]):
             try:
-                ledger.record(_mechanism_from_dict(item["mechanism"]), item["sampling_rate"], item["steps"])
+                ledger.record(mechanism_from_dict(item["mechanism"]), item["sampling_rate"], item["steps"])
             except (KeyError, TypeError):
                 raise ValueError(f"entries[{index}] needs 'mechanism', 'sampling_rate' and 'steps'") from None
             except ValueError as error:

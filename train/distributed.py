@@ -30,7 +30,7 @@ import torch
 import torch.distributed as dist
 
 from dpforge.mechanisms.base import Gaussian, Mechanism
-from dpforge.mechanisms.torch_noise import (
+from dpforge.train.noise import (
     _compute_dtype,
     _resolve_device,
     _sample,

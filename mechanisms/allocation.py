@@ -52,7 +52,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from dpforge.mechanisms.base import Gaussian
-from dpforge.mechanisms.validation import require_positive
+from dpforge.validation import require_positive
 
 Strategy = Literal["global", "equal_budget", "weighted"]
 STRATEGIES = ("global", "equal_budget", "weighted")

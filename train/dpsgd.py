@@ -1,7 +1,7 @@
 """The DP-SGD noise step on per-sample gradients: flat or group-wise clipping, noise
 allocation, optional adaptive thresholds, and the ledger record.
 
-All privacy math lives in :mod:`dpforge.accounting.allocation`; this module applies it:
+All privacy math lives in :mod:`dpforge.mechanisms.allocation`; this module applies it:
 
 1. Per-sample gradients ``g_i`` (a dict ``name -> tensor[B, *param.shape]``, e.g. from
    :func:`per_sample_gradients` (``torch.func``) or Opacus' ``GradSampleModule`` via
@@ -11,25 +11,25 @@ All privacy math lives in :mod:`dpforge.accounting.allocation`; this module appl
    ``g_ik * C_k / max(||g_ik||, C_k)``.
 2. The clipped gradients are summed over the batch and Gaussian noise N(0, s_k^2) is
    added once to the sum of group k, with s_k from
-   :func:`~dpforge.accounting.allocation.allocate_noise` (strategies ``"global"``,
+   :func:`~dpforge.mechanisms.allocation.allocate_noise` (strategies ``"global"``,
    ``"equal_budget"``, ``"weighted"``).  The noisy sum is divided by the expected batch
    size (Poisson sampling: the realised batch size is not private).
 3. With :class:`AdaptiveClipping` (Andrew et al. 2019) each group also releases its
    centred clipped count sum_i (1[||g_ik|| <= C_k] - 1/2) + N(0, sigma_b^2); the gradient
-   noise multiplier is :func:`~dpforge.accounting.allocation.gradient_noise_multiplier`
+   noise multiplier is :func:`~dpforge.mechanisms.allocation.gradient_noise_multiplier`
    (so gradient and counts together spend exactly the step's budget) and the thresholds
    for the next step come from
-   :func:`~dpforge.accounting.allocation.geometric_threshold_update` (post-processing).
+   :func:`~dpforge.mechanisms.allocation.geometric_threshold_update` (post-processing).
    Reading the K noisy counts back to the host is one device-to-host copy per step.
 4. Each step records its effective Gaussian mechanism at the sampling rate in a
-   :class:`~dpforge.accounting.ledger.Ledger`.  Without adaptive clipping that is
+   :class:`~dpforge.budget.ledger.Ledger`.  Without adaptive clipping that is
    ``allocation.mechanism`` exactly.  With it, the recorded mechanism is
    ``Gaussian(noise_multiplier)`` and the applied stds are scaled up by the (at most
    rounding-sized) factor that makes the joint effective multiplier
    (z_eff^-2 + K (2 sigma_b)^-2)^(-1/2) no smaller than the recorded one.
 
 Under ``torch.distributed`` each rank clips and sums its own examples and the noise is
-added once per global step by :func:`dpforge.mechanisms.torch_distributed.noisy_all_reduce_`.
+added once per global step by :func:`dpforge.train.distributed.noisy_all_reduce_`.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from dpforge.accounting.allocation import (
+from dpforge.mechanisms.allocation import (
     STRATEGIES,
     NoiseAllocation,
     allocate_noise,
@@ -48,10 +48,10 @@ from dpforge.accounting.allocation import (
     geometric_threshold_update,
     gradient_noise_multiplier,
 )
-from dpforge.accounting.ledger import Ledger
+from dpforge.budget.ledger import Ledger
 from dpforge.mechanisms.base import Gaussian
-from dpforge.mechanisms.torch_distributed import noisy_all_reduce_
-from dpforge.mechanisms.validation import require_positive, require_sampling_rate
+from dpforge.train.distributed import noisy_all_reduce_
+from dpforge.validation import require_positive, require_sampling_rate
 
 __all__ = [
     "AdaptiveClipping",
@@ -295,7 +295,7 @@ class DPSGDNoiseStep:
     def joint_noise_multiplier(self, noise_stds: Sequence[float]) -> float:
         """Effective multiplier of the gradient noise ``noise_stds`` plus the counts:
         (z^-2 + K (2 sigma_b)^-2)^(-1/2) with z from ``effective_noise_multiplier``
-        (the joint Gaussian release of :mod:`dpforge.accounting.allocation`; Andrew et al.
+        (the joint Gaussian release of :mod:`dpforge.mechanisms.allocation`; Andrew et al.
         2019, Thm. 1, for K = 1)."""
         z = effective_noise_multiplier(self.thresholds, noise_stds)
         if self.adaptive is None:

@@ -78,11 +78,11 @@ from typing import Any, Callable, Sequence
 import numpy as np
 from scipy import integrate, optimize, special
 
-from dpforge.accounting import montecarlo_kernels as kernels
+from dpforge.accounting.montecarlo import kernels
 from dpforge.accounting.results import MonteCarloDeltaResult, MonteCarloEpsilonResult
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.mechanisms.pairs import Direction, GaussianPair, LaplacePair, MonotonePair, RandomizedResponsePair
-from dpforge.mechanisms.validation import require_count, require_non_negative, require_probability_open
+from dpforge.validation import require_count, require_non_negative, require_probability_open
 
 DEFAULT_SAMPLES = 100_000
 DEFAULT_CONFIDENCE = 0.99

@@ -14,10 +14,10 @@ import math
 from collections import OrderedDict
 from typing import Any
 
-from dpforge.accounting.ledger import Ledger
+from dpforge.budget.ledger import Ledger
 from dpforge.accounting.results import EpsilonResult
 from dpforge.mechanisms.base import Gaussian
-from dpforge.mechanisms.validation import require_count, require_non_negative, require_sampling_rate
+from dpforge.validation import require_count, require_non_negative, require_sampling_rate
 
 try:  # pragma: no cover - depends on the environment
     from opacus.accountants import IAccountant as _Base

@@ -33,24 +33,13 @@ RDP gives only upper bounds: the engine's ``lower`` is the trivial 0.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Callable, Sequence, Union
 
 import numpy as np
 from scipy import special
 
-from dpforge.accounting.results import DeltaResult, EpsilonResult
-from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
-from dpforge.mechanisms.combinators import Component, Description, flatten
-from dpforge.mechanisms.validation import (
-    require_non_negative,
-    require_positive,
-    require_probability_open,
-    require_sampling_rate,
-)
+from dpforge.validation import require_non_negative, require_positive, require_sampling_rate
 
-#: default orders: fractional ones near 1 and up to 12, every integer 13..64 (the
-#: Zhu-Wang bound only holds at integer orders), then a few large ones
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
     [
         np.arange(1.25, 2.0, 0.25),
@@ -61,13 +50,10 @@ DEFAULT_ORDERS: np.ndarray = np.concatenate(
 )
 DEFAULT_ORDERS.setflags(write=False)
 
-#: most terms summed in the fractional-order series of Mironov-Talwar-Zhang
 _MAX_SERIES_TERMS = 1 << 20
 
+
 BaseRdp = Union[Callable[[np.ndarray], np.ndarray], Sequence[float], np.ndarray]
-
-
-# --------------------------------------------------------------------------- helpers
 
 
 def require_orders(orders: object) -> np.ndarray:
@@ -107,9 +93,6 @@ def _expm1_minus_x(x: np.ndarray) -> np.ndarray:
     xs = np.where(small, x, 0.0)
     series = 0.5 * xs * xs * (1 + xs / 3 * (1 + xs / 4 * (1 + xs / 5 * (1 + xs / 6 * (1 + xs / 7)))))
     return np.where(small, series, np.expm1(np.where(small, 0.0, x)) - x)
-
-
-# ----------------------------------------------------------------- unsubsampled RDP
 
 
 def gaussian_rdp(noise_multiplier: float, orders: object) -> np.ndarray:
@@ -157,9 +140,6 @@ def randomized_response_rdp(epsilon: float, orders: object) -> np.ndarray:
     small = np.log1p(p * np.expm1(xs) + one_minus_p * np.expm1(-xs))
     big = np.logaddexp(log_p + x, log_1mp - x)
     return np.maximum(np.where(x <= 1.0, small, big) / (alpha - 1), 0.0)
-
-
-# ------------------------------------------------- subsampled Gaussian (MTZ 2019)
 
 
 def _mtz_log_a_minus_1_integer(q: float, sigma: float, alpha: int) -> float:
@@ -235,9 +215,6 @@ def subsampled_gaussian_rdp(sampling_rate: float, noise_multiplier: float, order
         else:
             out[k] = _mtz_log_a_fractional(q, sigma, float(a)) / (a - 1)
     return np.maximum(out, 0.0)
-
-
-# ----------------------------------------- general subsampled bound (Zhu-Wang 2019)
 
 
 def _base_values(base_rdp_at_integer: BaseRdp, top: int) -> np.ndarray:
@@ -321,278 +298,3 @@ def convexity_subsampled_rdp(sampling_rate: float, base_rdp: np.ndarray, orders:
         log_excess = math.log(q) + _log_expm1(np.maximum((alpha - 1) * eps, 1e-300))
         value = np.logaddexp(0.0, log_excess) / (alpha - 1)
     return np.where(eps == 0.0, 0.0, np.where(np.isinf(eps), np.inf, value))
-
-
-# ------------------------------------------------------------------ dispatch
-
-
-@dataclass(frozen=True, eq=False)
-class RdpCurve:
-    """An RDP curve over ``orders``: ``values[k]`` bounds D_α at α = ``orders[k]``.
-
-    ``sources`` has one label per component saying how its curve was obtained;
-    ``details`` has, per component, either None or one label per order where the
-    component's curve mixes methods (e.g. "zhu-wang" / "convexity"): the bound computed at
-    that order, before the curve's non-decreasing envelope may replace it with a smaller
-    bound from a higher order.
-    """
-
-    orders: np.ndarray
-    values: np.ndarray
-    sources: tuple[str, ...]
-    details: tuple[tuple[str, ...] | None, ...] = ()
-
-    def __post_init__(self) -> None:
-        for name in ("orders", "values"):
-            array = np.array(getattr(self, name), dtype=float)
-            array.setflags(write=False)
-            object.__setattr__(self, name, array)
-
-
-def _noise_rdp():
-    """``dpforge.accounting.rdp_lmo.noise_rdp`` or None while that module does not exist."""
-    try:
-        from dpforge.accounting.rdp_lmo import noise_rdp
-    except ModuleNotFoundError as error:
-        if error.name != "dpforge.accounting.rdp_lmo":
-            raise
-        return None
-    return noise_rdp
-
-
-def _family(mechanism: Mechanism) -> str:
-    return type(mechanism).__name__.lower()
-
-
-def _base_rdp(mechanism: Mechanism, orders: np.ndarray, lmo_bound: str = "exact") -> tuple[np.ndarray, str]:
-    """Unsubsampled RDP of one release and a short label (``lmo_bound``: "exact"
-    quadrature or the "mgf" joint-convexity bound capped by the pure-DP bound)."""
-    dimension = getattr(mechanism, "dimension", 1)
-    noise_like = isinstance(mechanism, Laplace) or _family(mechanism) == "lmo" or dimension != 1
-    if noise_like:
-        noise_rdp = _noise_rdp()
-        if noise_rdp is not None:
-            values, label = noise_rdp(mechanism, orders, method=lmo_bound)
-            return np.asarray(values, dtype=float), label
-        if isinstance(mechanism, Laplace) and dimension == 1:
-            a = float(mechanism.sensitivity) / float(mechanism.scale)
-            return laplace_rdp(a, orders), "laplace: exact"
-        raise ValueError(
-            f"the rdp engine needs dpforge.accounting.rdp_lmo to account {type(mechanism).__name__} "
-            f"(dimension={dimension})"
-        )
-    if isinstance(mechanism, Gaussian):
-        return gaussian_rdp(mechanism.noise_multiplier, orders), "gaussian: exact"
-    if isinstance(mechanism, PureDP):
-        return randomized_response_rdp(mechanism.epsilon, orders), "pure-dp: exact (randomised response)"
-    raise ValueError(f"the rdp engine cannot account {type(mechanism).__name__}")
-
-
-def _monotone_envelope(alpha: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Each bound replaced by the smallest bound at an order >= its own: sound because the
-    Rényi divergence is non-decreasing in its order (van Erven & Harremoës 2014, Thm. 3)."""
-    if np.isnan(values).any():
-        return values
-    order = np.argsort(alpha, kind="stable")
-    envelope = np.minimum.accumulate(values[order][::-1])[::-1]
-    out = np.empty_like(values)
-    out[order] = envelope
-    return out
-
-
-def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
-    """RDP curve of one flattened component: ``count`` × the RDP of one (possibly
-    subsampled) release.  Subsampled Gaussian: MTZ 2019 exact; any other subsampled
-    mechanism: min(Zhu-Wang 2019 Thm. 6 at integer orders, joint convexity).  Every
-    curve is then made non-decreasing from above (a bound at a higher order bounds every
-    lower order)."""
-    alpha = require_orders(orders)
-    mechanism, q, count = component.mechanism, float(component.sampling_rate), int(component.count)
-    q = require_sampling_rate("sampling_rate", q)
-    family = _family(mechanism)
-    details: tuple[str, ...] | None = None
-    if q >= 1.0:
-        values, label = _base_rdp(mechanism, alpha, lmo_bound)
-    elif isinstance(mechanism, Gaussian) and getattr(mechanism, "dimension", 1) == 1:
-        values = subsampled_gaussian_rdp(q, mechanism.noise_multiplier, alpha)
-        label = "subsampled gaussian: exact (Mironov-Talwar-Zhang 2019)"
-    else:
-        # Zhu-Wang holds at integer orders; a fractional order α takes it at ⌈α⌉, since
-        # the Rényi divergence is non-decreasing in its order (van Erven & Harremoës
-        # 2014, Thm. 3).  Joint convexity holds at every order; the smaller bound is kept.
-        integer = _is_integer(alpha)
-        ceiling = np.ceil(alpha)
-        base, base_label = _base_rdp(mechanism, alpha, lmo_bound)
-        top = int(ceiling.max())
-        levels = np.arange(2, top + 1, dtype=float)
-        at_integers, _ = _base_rdp(mechanism, levels, lmo_bound)
-        zhu_wang = zhu_wang_subsampled_rdp(q, at_integers, ceiling)
-        convex = convexity_subsampled_rdp(q, base, alpha)
-        use_zw = zhu_wang <= convex
-        values = np.where(use_zw, zhu_wang, convex)
-        details = tuple(
-            ("zhu-wang" if whole else "zhu-wang at ceil(order)") if z else "convexity"
-            for z, whole in zip(use_zw, integer)
-        )
-        label = (
-            f"subsampled {base_label.split(':', 1)[0]}: upper bound (Zhu-Wang 2019 at integer orders, "
-            f"at the next integer order elsewhere; or joint convexity); base {base_label}"
-        )
-    values = _monotone_envelope(alpha, np.asarray(values, dtype=float))
-    values = count * np.maximum(values, 0.0)
-    if np.isnan(values).any():  # pragma: no cover - defensive
-        raise ValueError(f"the rdp engine produced NaN for {family}")
-    return RdpCurve(alpha, values, (label,), (details,))
-
-
-def rdp_curve(description: Description, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
-    """RDP curve of a composed description: the sum of its components' curves
-    (adaptive composition, Mironov 2017, Prop. 1), with one source label per component."""
-    alpha = require_orders(orders)
-    components = flatten(description)
-    total = np.zeros_like(alpha)
-    sources: list[str] = []
-    details: list[tuple[str, ...] | None] = []
-    for component in components:
-        curve = rdp_of_component(component, alpha, lmo_bound)
-        total = total + curve.values
-        sources.extend(curve.sources)
-        details.extend(curve.details)
-    return RdpCurve(alpha, total, tuple(sources), tuple(details))
-
-
-def rdp(description: Description, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> np.ndarray:
-    """RDP values of a composed description at ``orders`` (see :func:`rdp_curve`)."""
-    return np.array(rdp_curve(description, orders, lmo_bound).values)
-
-
-# ------------------------------------------------------------------ conversion
-
-
-def _conversion_inputs(orders: object, values: object) -> tuple[np.ndarray, np.ndarray]:
-    alpha = require_orders(orders)
-    rho = np.atleast_1d(np.asarray(values, dtype=float))
-    if rho.shape != alpha.shape:
-        raise ValueError(f"rdp values must have one entry per order ({alpha.size}), got shape {rho.shape}")
-    if np.isnan(rho).any():
-        raise ValueError("rdp values must not contain NaN")
-    return alpha, np.maximum(rho, 0.0)
-
-
-def _tv_bound(rho: np.ndarray) -> float:
-    """Bound on the total variation δ(0) >= δ(ε): Bretagnolle-Huber, TV <= sqrt(1 - e^{-KL}),
-    with KL <= D_α for every α > 1 (van Erven & Harremoës 2014, Thm. 3)."""
-    finite = rho[np.isfinite(rho)]
-    if finite.size == 0:
-        return 1.0
-    return float(np.sqrt(-np.expm1(-finite.min())))
-
-
-def epsilon_from_rdp(orders: object, values: object, delta: float) -> tuple[float, float]:
-    """(ε, optimal order) from an RDP curve (Canonne, Kamath, Steinke 2020, Prop. 12):
-
-    ε = min_α ρ(α) + log(1 - 1/α) - (log δ + log α)/(α - 1), clipped at 0.
-
-    Infinite entries are skipped; if all are infinite the result is (inf, nan).  When
-    δ is at least the Bretagnolle-Huber bound on the total variation, sqrt(1 - e^{-ρ(α)}),
-    ε = 0 (as dp_accounting does; this also covers ρ = 0).
-    """
-    delta = require_probability_open("delta", delta)
-    alpha, rho = _conversion_inputs(orders, values)
-    finite = np.isfinite(rho)
-    if not finite.any():
-        return math.inf, math.nan
-    if delta >= _tv_bound(rho):
-        return 0.0, float(alpha[finite][np.argmin(rho[finite])])
-    eps = np.full_like(alpha, np.inf)
-    a = alpha[finite]
-    eps[finite] = rho[finite] + np.log1p(-1.0 / a) - (math.log(delta) + np.log(a)) / (a - 1)
-    best = int(np.argmin(eps))
-    return max(float(eps[best]), 0.0), float(alpha[best])
-
-
-def delta_from_rdp(orders: object, values: object, epsilon: float) -> tuple[float, float]:
-    """(δ, optimal order) from an RDP curve, the same inequality solved for δ
-    (Canonne, Kamath, Steinke 2020, Prop. 12):
-
-    δ = min_α exp( (α-1)(ρ(α) - ε + log(1 - 1/α)) - log α ), clipped at 1,
-
-    and never above the Bretagnolle-Huber total-variation bound sqrt(1 - e^{-ρ(α)}).
-    At the optimum it inverts :func:`epsilon_from_rdp`: δ(ε(δ)) = δ whenever ε(δ) > 0.
-    """
-    epsilon = require_non_negative("epsilon", epsilon)
-    alpha, rho = _conversion_inputs(orders, values)
-    finite = np.isfinite(rho)
-    if not finite.any():
-        return 1.0, math.nan
-    log_delta = np.full_like(alpha, np.inf)
-    a = alpha[finite]
-    log_delta[finite] = (a - 1) * (rho[finite] - epsilon + np.log1p(-1.0 / a)) - np.log(a)
-    best = int(np.argmin(log_delta))
-    value = math.exp(min(float(log_delta[best]), 0.0))
-    tv = _tv_bound(rho)
-    if tv < value:
-        return tv, float(alpha[finite][np.argmin(rho[finite])])
-    return min(value, 1.0), float(alpha[best])
-
-
-# ------------------------------------------------------------------ engine
-
-
-def _require_lmo_bound(lmo_bound: object) -> None:
-    if lmo_bound not in ("exact", "mgf"):
-        raise ValueError(f"lmo_bound must be one of exact, mgf, got {lmo_bound!r}")
-
-
-def _reject_options(options: dict) -> None:
-    if options:
-        raise ValueError(f"{sorted(options)[0]} is not an option of the rdp engine")
-
-
-def _accuracy(curve: RdpCurve, optimal_order: float) -> dict:
-    return {
-        "orders": int(curve.orders.size),
-        "optimal_order": optimal_order if math.isfinite(optimal_order) else None,
-        "conversion": "Canonne-Kamath-Steinke 2020",
-        "bounds": list(curve.sources),
-        "lower": "trivial (RDP gives no lower bound)",
-    }
-
-
-def epsilon(
-    description: Description, delta: float, *, orders: object = None, lmo_bound: str = "exact", **options
-) -> EpsilonResult:
-    """RDP-engine ε(δ): ``upper`` is the certified CKS conversion of the composed RDP
-    curve, ``lower`` is 0 (RDP gives no lower bound), ``estimate`` = ``upper``."""
-    _reject_options(options)
-    _require_lmo_bound(lmo_bound)
-    delta = require_probability_open("delta", delta)
-    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
-    value, order = epsilon_from_rdp(curve.orders, curve.values, delta)
-    return EpsilonResult(
-        lower=0.0,
-        upper=value,
-        estimate=value,
-        delta=delta,
-        engine="rdp",
-        accuracy=_accuracy(curve, order),
-    )
-
-
-def delta(
-    description: Description, epsilon: float, *, orders: object = None, lmo_bound: str = "exact", **options
-) -> DeltaResult:
-    """RDP-engine δ(ε): ``upper`` is the certified CKS conversion, ``lower`` is 0."""
-    _reject_options(options)
-    _require_lmo_bound(lmo_bound)
-    epsilon = require_non_negative("epsilon", epsilon)
-    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
-    value, order = delta_from_rdp(curve.orders, curve.values, epsilon)
-    return DeltaResult(
-        lower=0.0,
-        upper=value,
-        estimate=value,
-        epsilon=epsilon,
-        engine="rdp",
-        accuracy=_accuracy(curve, order),
-    )

@@ -32,10 +32,14 @@ import numpy as np
 from scipy import optimize
 from scipy.stats import qmc
 
+from dpforge.accounting.api import epsilon
+from dpforge.accounting.calibrate import calibrate_noise_multiplier, certified_evaluator, find_parameter
+from dpforge.accounting.prv.evaluate import initial_step
+from dpforge.errors import CalibrationError
 from dpforge.mechanisms.base import Gaussian
 from dpforge.mechanisms.combinators import Composed, PoissonSampled, flatten
 from dpforge.mechanisms.lmo import COMPONENTS, LMO
-from dpforge.mechanisms.validation import (
+from dpforge.validation import (
     require_count,
     require_positive,
     require_probability_open,
@@ -246,8 +250,6 @@ def _warm_up() -> None:
     if _warm:
         return
     _warm = True
-    from dpforge.accounting import epsilon
-
     with _OneNumbaThread():
         tiny = PoissonSampled(LMO(weights=(1.0, 0.0, 0.0), gamma_shape=5.0), 0.1)
         epsilon(Composed([(tiny, 2)]), 1e-3, relative_accuracy=0.1)
@@ -264,66 +266,31 @@ def _log(value: float) -> float:
 
 
 def _calibrate_scale(shape: LMO, workload: _Workload, start: float, tolerance: float, step: float | None):
-    """Smallest scale s (within tolerance) with certified epsilon(shape.scaled(s)) <= target.
-
-    Certified PRV upper bounds on one grid (``step``, or the engine's choice at the
-    first evaluation), so epsilon(s) is smooth; secant steps in (log s, log epsilon)
-    until the target is bracketed, then Illinois regula falsi.  Returns (s, epsilon,
+    """Smallest scale s (within tolerance) with certified epsilon(shape.scaled(s)) <= target:
+    the root finder of :mod:`dpforge.accounting.calibrate` on certified PRV upper bounds on
+    one grid (``step``, or the engine's choice at the first evaluation).  The smallest
+    scale allowed is accepted when it already meets the target.  Returns (s, epsilon,
     evaluations); raises :class:`_Unreachable` at the largest scale allowed."""
-    from dpforge.accounting.calibrate import _CertifiedUpper
-
-    target = workload.target_epsilon
-    floor, aim = target * (1.0 - tolerance), target * (1.0 - 0.5 * tolerance)
-    evaluate = _CertifiedUpper(lambda s: workload.description(shape.scaled(s)), workload.delta, tolerance)
-    if step is not None:
-        evaluate.step = step
-    low_limit, high_limit = math.log(_SCALE_LIMITS[0] * workload.sensitivity), math.log(_SCALE_LIMITS[1] * workload.sensitivity)
-    x = min(max(math.log(start), low_limit), high_limit)
-    too_little: tuple[float, float] | None = None  # (log s, log eps - log aim) with eps > target
-    enough: tuple[float, float] | None = None
-    previous: tuple[float, float] | None = None
-    side = 0
-    for _ in range(60):
-        value = evaluate(math.exp(x))
-        if floor <= value <= target:
-            return math.exp(x), value, evaluate.evaluations
-        f = _log(value) - math.log(aim)
-        if value > target:
-            if x >= high_limit:
-                raise _Unreachable(value)
-            if too_little is None or x > too_little[0]:
-                too_little = (x, f)
-            if side == -1 and enough is not None:
-                enough = (enough[0], 0.5 * enough[1])
-            side = -1
-        else:
-            if x <= low_limit:
-                return math.exp(x), value, evaluate.evaluations  # as little noise as allowed
-            if enough is None or x < enough[0]:
-                enough = (x, f)
-            if side == 1 and too_little is not None:
-                too_little = (too_little[0], 0.5 * too_little[1])
-            side = 1
-        if too_little is not None and enough is not None:
-            (xa, fa), (xb, fb) = too_little, enough
-            new = xb - fb * (xb - xa) / (fb - fa) if fb != fa else 0.5 * (xa + xb)
-            if not min(xa, xb) < new < max(xa, xb):
-                new = 0.5 * (xa + xb)
-            if abs(xb - xa) < 1e-12:
-                break
-        else:
-            slope = -1.1  # d log eps / d log s, typical for subsampled compositions
-            if previous is not None and x != previous[0]:
-                measured = (f - previous[1]) / (x - previous[0])
-                if measured < -0.05:
-                    slope = measured
-            move = min(max(-f / slope * 1.05, -math.log(16.0)), math.log(16.0))
-            new = min(max(x + move, low_limit), high_limit)
-        previous = (x, f)
-        x = new
-    if enough is None:  # pragma: no cover - the loop brackets long before
-        raise _Unreachable(math.inf)
-    return math.exp(enough[0]), evaluate(math.exp(enough[0])), evaluate.evaluations
+    evaluate = certified_evaluator(
+        lambda s: workload.description(shape.scaled(s)),
+        workload.delta,
+        rel_tolerance=tolerance,
+        engine_options=None if step is None else {"step": step},
+    )
+    try:
+        found = find_parameter(
+            evaluate,
+            workload.target_epsilon,
+            low_limit=_SCALE_LIMITS[0] * workload.sensitivity,
+            high_limit=_SCALE_LIMITS[1] * workload.sensitivity,
+            rel_tolerance=tolerance,
+            start=start,
+            parameter_name="scale",
+            accept_lower_limit=True,
+        )
+    except CalibrationError as error:
+        raise _Unreachable(error.epsilon if error.epsilon is not None else math.inf) from None
+    return found.parameter, found.epsilon, found.evaluations
 
 
 def _calibrate_shape(pattern: tuple[str, ...], u: tuple[float, ...], workload: _Workload) -> _Point:
@@ -733,8 +700,6 @@ def lmo_search(
     Raises ``ValueError`` (one line) on bad input, or when no shape in the space reaches
     the target (naming the best certified epsilon reached).
     """
-    from dpforge.accounting import calibrate_noise_multiplier, epsilon
-    from dpforge.accounting.api import initial_step
 
     started = time.monotonic()
     target_epsilon, delta, sampling_rate, steps, components, seed, time_limit, sensitivity = _check_inputs(
@@ -757,7 +722,7 @@ def lmo_search(
     # the Gaussian baseline (also the start of every shape's calibration)
     try:
         baseline = calibrate_noise_multiplier(
-            sampling_rate, steps, target_epsilon, delta, _FINAL_TOLERANCE, lower=_SIGMA_LIMITS[0], upper=_SIGMA_LIMITS[1]
+            sampling_rate, steps, target_epsilon, delta, rel_tolerance=_FINAL_TOLERANCE, lower=_SIGMA_LIMITS[0], upper=_SIGMA_LIMITS[1]
         )
     except ValueError as error:
         raise ValueError(f"cannot calibrate the Gaussian baseline for this workload: {error}") from None

@@ -1,0 +1,184 @@
+"""Every component of a description onto one grid: truncation ranges, one-step moments,
+staged pre-composition of laws narrower than the grid, and atom-aligned steps."""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from dpforge.accounting.prv.compose import compose
+from dpforge.accounting.prv.discretise import GridMeasure, lower_measure, upper_measure
+from dpforge.mechanisms.combinators import Component
+from dpforge.mechanisms.pairs import Direction, PrivacyLoss
+
+MAX_LOSS = 600.0
+
+
+@dataclass(frozen=True)
+class Truncation:
+    """Per-component truncation range of the privacy loss in one direction."""
+
+    low: float
+    high: float
+
+
+@functools.lru_cache(maxsize=4096)
+def truncation(loss: PrivacyLoss, tail: float) -> Truncation:
+    """Range outside which the loss has at most ``tail`` mass on each side (cached).
+
+    Raises ``ValueError`` when one step's loss reaches beyond ``MAX_LOSS`` nats."""
+    cut = Truncation(loss.lower_quantile(tail), loss.upper_quantile(tail))
+    if max(abs(cut.low), abs(cut.high)) > MAX_LOSS:
+        raise ValueError(
+            f"one step's privacy loss exceeds {MAX_LOSS:g} nats with probability above {tail:.1e} "
+            f"(epsilon of hundreds or more); the prv engine supports per-step losses up to {MAX_LOSS:g}: "
+            "add noise (a larger noise_multiplier or scale)"
+        )
+    return cut
+
+
+def directions_for(components: Sequence[Component]) -> tuple[Direction, ...]:
+    """Both directions unless every component is symmetric (then they coincide)."""
+    return ("remove",) if all(c.symmetric for c in components) else ("remove", "add")
+
+
+def loss_moments(components: Sequence[Component], direction: Direction, tail: float) -> tuple[float, float, float]:
+    """(mean, variance, widest one-step span) of the composed privacy loss under P."""
+    total = sum(c.count for c in components)
+    mean = variance = width = 0.0
+    for component in components:
+        mu, var, span = single_step_moments(component.privacy_loss_distribution(direction), tail / (10.0 * total))
+        mean += component.count * mu
+        variance += component.count * var
+        width = max(width, span)
+    return mean, variance, width
+
+
+#: staged composition: a component is pre-composed in chunks when its single-step law
+#: spans fewer than this many grid steps (standard deviations), so that the optimistic
+#: measure never has to resolve a law narrower than the grid
+
+
+_RESOLUTION = 50.0
+
+
+_DIRECT_RESOLUTION = 25.0
+
+
+_DIRECT_LIMIT = 2**20
+
+
+_MIN_CHUNK = 8
+
+
+@functools.lru_cache(maxsize=4096)
+def bulk_spread(loss: PrivacyLoss) -> float:
+    """Robust width of one step's loss under P: (q_0.95 - q_0.05) / 3.29 (the standard
+    deviation for a normal law).  Subsampled losses have rare large values that inflate
+    the variance; the grid has to resolve the bulk, which this measures."""
+
+    return max((loss.quantile(0.95) - loss.quantile(0.05)) / 3.29, 0.0)
+
+
+@functools.lru_cache(maxsize=4096)
+def single_step_moments(loss: PrivacyLoss, tail: float) -> tuple[float, float, float]:
+    """(mean, variance, span of the truncation range) of one step's loss under P."""
+    cut = truncation(loss, tail)
+    span = max(cut.high - cut.low, 1e-9)
+    coarse = upper_measure(loss, span / 4000.0, cut.low, cut.high)
+    x = coarse.positions
+    m = coarse.masses / max(coarse.total_mass, 1e-300)
+    mean = float(np.dot(m, x))
+    return mean, float(np.dot(m, (x - mean) ** 2)), span
+
+
+def _direct(loss, step: float, cut: Truncation, kinds: Sequence[str]) -> dict[str, GridMeasure]:
+    return {kind: (upper_measure if kind == "upper" else lower_measure)(loss, step, cut.low, cut.high) for kind in kinds}
+
+
+def _chunk(
+    component: Component, direction: Direction, size: int, step: float, tail: float, kinds: Sequence[str]
+) -> dict[str, GridMeasure]:
+    """``size`` steps of one component composed on a finer grid, then discretised onto
+    ``step`` by the same constructions (valid for any measure, see DiscreteLoss)."""
+    loss = component.privacy_loss_distribution(direction)
+    fine = atom_aligned_step([component], direction, bulk_spread(loss) / _RESOLUTION)
+    part = [Component(component.mechanism, component.sampling_rate, size)]
+    inner = discretise_all(part, direction, fine, tail, kinds, staged=False)
+    out = {}
+    for kind in kinds:
+        composed = compose(inner[kind], tail)
+        law = composed.upper_loss() if kind == "upper" else composed.lower_loss()
+        low, high = float(law.positions[0]), float(law.positions[-1])
+        out[kind] = (upper_measure if kind == "upper" else lower_measure)(law, step, low, high)
+    return out
+
+
+def discretise_all(
+    components: Sequence[Component],
+    direction: Direction,
+    step: float,
+    tail: float,
+    kinds: Sequence[str],
+    staged: bool = False,
+) -> dict[str, list[tuple[GridMeasure, int]]]:
+    """Discretise every component for each requested bound kind ('upper', 'lower').
+
+    A component whose one-step loss is narrow compared with ``step`` is first composed
+    in chunks of k steps on a grid fine enough for it (k chosen so that a chunk spans
+    about ``_RESOLUTION`` steps), and the chunk's composed law is discretised instead.
+    """
+    total = sum(c.count for c in components)
+    out: dict[str, list[tuple[GridMeasure, int]]] = {k: [] for k in kinds}
+    for component in components:
+        loss = component.privacy_loss_distribution(direction)
+        cut = truncation(loss, tail / (10.0 * total))
+        chunk = 1
+        if staged and component.count >= _MIN_CHUNK:
+            spread = bulk_spread(loss)
+            if 0 < spread < _DIRECT_RESOLUTION * step:
+                chunk = min(component.count, int(math.ceil((_RESOLUTION * step / spread) ** 2)))
+        if chunk < _MIN_CHUNK:
+            built = _direct(loss, step, cut, kinds)
+            for kind in kinds:
+                out[kind].append((built[kind], component.count))
+            continue
+        chunks, rest = divmod(component.count, chunk)
+        inner_tail = tail / (100.0 * (chunks + 1))
+        for size, times in ((chunk, chunks), (rest, 1)):
+            if times == 0 or size == 0:
+                continue
+            if size > 1:
+                built = _chunk(component, direction, size, step, inner_tail, kinds)
+            else:
+                built = _direct(loss, step, cut, kinds)
+            for kind in kinds:
+                out[kind].append((built[kind], times))
+    return out
+
+
+def atom_aligned_step(components: Sequence[Component], direction: Direction, step: float) -> float:
+    """Shrink ``step`` so that the atoms of the privacy loss (Laplace, randomised response)
+    are whole numbers of steps apart.
+
+    The optimistic measure rounds every atom down onto the grid shifted by one common
+    offset; when the gaps between atoms are multiples of the step, that offset puts
+    every atom (just above) a grid point and the rounding costs nothing.
+    """
+    atoms = sorted({float(a) for c in components for a in c.privacy_loss_distribution(direction).atoms})
+    if len(atoms) < 2:
+        return step
+    gaps = np.array(atoms[1:]) - atoms[0]
+    span = float(gaps[-1])
+    first = max(1, int(math.ceil(span / step)))
+    counts = np.arange(first, first + 4096)
+    candidates = span / counts
+    ratio = gaps[None, :] / candidates[:, None]
+    cost = np.abs(ratio - np.round(ratio)).sum(axis=1)
+    good = np.flatnonzero(cost < 1e-3 * len(atoms))
+    best = int(good[0]) if good.size else int(np.argmin(cost))
+    return float(candidates[best])

@@ -1,0 +1,241 @@
+"""One PRV evaluation at a grid step, the refinement loop, and the fixed-grid evaluator.
+
+An :class:`Evaluation` holds the composed profiles of both bounds in every neighbouring
+direction at one grid step; its brackets are certified at that step.  :func:`refine`
+shrinks the step until the bracket is as narrow as asked.  :class:`FixedGridEvaluator`
+evaluates only the certified upper bound on a grid fixed at its first call, so that
+epsilon(parameter) is a smooth, monotone function a root finder can trust: calibration
+(:mod:`dpforge.accounting.calibrate`) and the LMO search use it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from dpforge.accounting.prv.components import (
+    _DIRECT_LIMIT,
+    _DIRECT_RESOLUTION,
+    atom_aligned_step,
+    bulk_spread,
+    directions_for,
+    discretise_all,
+    loss_moments,
+)
+from dpforge.accounting.prv.compose import ComposedProfile, compose
+from dpforge.errors import DpforgeError, ParameterError
+from dpforge.mechanisms.combinators import Component, Description, flatten
+
+#: largest grid (points) the refinement may ask for
+MAX_GRID = 2**24
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """Composed profiles of both bounds for every direction at one grid step."""
+
+    step: float
+    upper: tuple[ComposedProfile, ...]
+    lower: tuple[ComposedProfile, ...]
+    directions: tuple[str, ...] = ()
+
+    def dominated(self, delta: float) -> "Evaluation | None":
+        """The directions whose certified upper epsilon is below another direction's
+        certified lower epsilon: they cannot set the maximum, so refining them is
+        wasted work.  Returns them as a partial evaluation (or None)."""
+        if len(self.upper) < 2 or len(self.lower) != len(self.upper):
+            return None
+        lows = [p.epsilon(delta) for p in self.lower]
+        highs = [p.epsilon(delta) for p in self.upper]
+        keep = [i for i in range(len(highs)) if highs[i] < max(lows[:i] + lows[i + 1 :])]
+        if not keep:
+            return None
+        return Evaluation(
+            self.step,
+            tuple(self.upper[i] for i in keep),
+            tuple(self.lower[i] for i in keep),
+            tuple(self.directions[i] for i in keep),
+        )
+
+    def epsilon(self, delta: float) -> tuple[float, float]:
+        """(lower, upper) certified epsilon at ``delta``: the maximum over directions."""
+        return (
+            max(p.epsilon(delta) for p in self.lower),
+            max(p.epsilon(delta) for p in self.upper),
+        )
+
+    def delta(self, epsilon: float) -> tuple[float, float]:
+        """(lower, upper) certified delta at ``epsilon``: the maximum over directions."""
+        return (
+            max(p.delta(epsilon) for p in self.lower),
+            min(1.0, max(p.delta(epsilon) for p in self.upper)),
+        )
+
+    @property
+    def grid_size(self) -> int:
+        """The largest FFT window of any composed profile."""
+        return max(p.grid_size for p in self.upper + self.lower)
+
+
+def evaluate(
+    components: Sequence[Component],
+    step: float,
+    tail: float,
+    kinds: Sequence[str] = ("upper", "lower"),
+    staged: bool = False,
+    settled: Evaluation | None = None,
+) -> Evaluation:
+    """Compose every direction at ``step``; directions already in ``settled`` (a
+    previous, coarser evaluation of only the dominated directions) are reused as they are:
+    their certified bounds stay valid."""
+    upper: list[ComposedProfile] = list(settled.upper) if settled else []
+    lower: list[ComposedProfile] = list(settled.lower) if settled else []
+    done = set(settled.directions) if settled else set()
+    directions = list(settled.directions) if settled else []
+    for direction in directions_for(components):
+        if direction in done:
+            continue
+        directions.append(direction)
+        direction_step = atom_aligned_step(components, direction, step)
+        measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged)
+        if "upper" in kinds:
+            upper.append(compose(measures["upper"], tail).upper_profile())
+        if "lower" in kinds:
+            lower.append(compose(measures["lower"], tail).lower_profile())
+    return Evaluation(step, tuple(upper), tuple(lower), tuple(directions))
+
+
+def initial_step(components: Sequence[Component], delta: float, relative_accuracy: float, tail: float) -> float:
+    """A first (probe) grid step from the composed mean/variance and the O(T h^2) error model.
+
+    The pessimistic measure moves the mean of each step by at most h^2/8 and adds at
+    most h^2/4 variance, so the width of the epsilon interval grows like c T h^2; the
+    refinement then scales the step by the measured width.
+    """
+    steps = sum(c.count for c in components)
+    mean = spread = width = 0.0
+    for direction in directions_for(components):
+        m, v, w = loss_moments(components, direction, tail)
+        mean, spread, width = max(mean, m), max(spread, math.sqrt(max(v, 0.0))), max(width, w)
+    scale = max(mean + math.sqrt(2.0 * math.log(1.0 / delta)) * spread, 1e-2)
+    from_error = math.sqrt(relative_accuracy * scale / (0.5 * steps))
+    step = min(from_error, max(spread, 1e-6) / 40.0, width / 64.0)
+    return max(step, 2.0 * (width + 12.0 * spread + 1.0) / MAX_GRID, 1e-9)
+
+
+def _narrowest_bulk(components: Sequence[Component], minimum_count: int = 8) -> float:
+    """Smallest robust one-step spread among components with at least ``minimum_count`` steps."""
+    narrowest = math.inf
+    for direction in directions_for(components):
+        for component in components:
+            if component.count >= minimum_count:
+                bulk = bulk_spread(component.privacy_loss_distribution(direction))
+                if bulk > 0:
+                    narrowest = min(narrowest, bulk)
+    return narrowest
+
+
+def _needs_stages(components: Sequence[Component], step: float, tail: float) -> bool:
+    """True when resolving every one-step law directly (about ``_DIRECT_RESOLUTION``
+    grid steps across its bulk) would need more than ``_DIRECT_LIMIT`` grid points."""
+    needed = min(step, _narrowest_bulk(components) / _DIRECT_RESOLUTION)
+    window = 0.0
+    for direction in directions_for(components):
+        mean, variance, width = loss_moments(components, direction, tail)
+        window = max(window, abs(mean) + 20.0 * math.sqrt(max(variance, 0.0)) + width)
+    return window / needed > _DIRECT_LIMIT
+
+
+def refine(
+    components: Sequence[Component],
+    step: float,
+    tail: float,
+    relative_accuracy: float,
+    width_of: Callable[[Evaluation], tuple[float, float]],
+    max_refinements: int,
+    delta: float | None = None,
+) -> tuple[Evaluation, int]:
+    """Shrink the grid step until the bounds are as close as asked (width ~ c h^2).
+
+    ``width_of(evaluation)`` returns (bracket width, scale); refinement stops once
+    width <= ``relative_accuracy`` * scale.  For an epsilon query (``delta`` given) a
+    direction that is certainly dominated by the other is kept from the coarser
+    evaluation instead of being refined.
+
+    When resolving the one-step laws directly would need more than ``_DIRECT_LIMIT``
+    grid points, narrow components are composed in chunks on finer grids instead
+    (``staged``) at a step of about 1.5 bulk widths, and the result is returned as is:
+    the chunks' own grids set the width, and a finer final grid would only add chunks.
+    """
+    staged = math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
+    if staged:
+        # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
+        step = max(step, 1.5 * _narrowest_bulk(components))
+    evaluation = evaluate(components, step, tail, staged=staged)
+    refinements = 0
+    while refinements < max_refinements:
+        width, scale = width_of(evaluation)
+        if not (math.isfinite(width) and math.isfinite(scale)) or width <= relative_accuracy * scale:
+            break
+        if staged:
+            break  # the chunks' own grids set the width; a finer final grid only adds chunks
+        factor = math.sqrt(0.5 * relative_accuracy * scale / width) if width > 0 else 0.5
+        new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
+        grid = evaluation.grid_size * step / new_step
+        if not staged and grid > _DIRECT_LIMIT:
+            if not math.isfinite(_narrowest_bulk(components)):
+                break  # few steps of a law narrower than the grid: report the accuracy reached
+            staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
+        elif grid > MAX_GRID:
+            break
+        step = new_step
+        settled = evaluation.dominated(delta) if delta is not None else None
+        evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
+        refinements += 1
+    return evaluation, refinements
+
+
+class FixedGridEvaluator:
+    """Certified upper epsilon(delta) of ``make_description(parameter)`` on one PRV grid.
+
+    The grid step is set at the first call (from that description, at a quarter of
+    ``relative_tolerance``) and kept for every later call, so the function is smooth and
+    monotone in the parameter wherever the description's privacy loss is; only the upper
+    chain is composed.  Values are cached per parameter; ``evaluations`` counts the
+    compositions made.  An error of ``make_description`` comes back as a one-line
+    :class:`DpforgeError` prefixed with the parameter.
+    """
+
+    def __init__(
+        self,
+        make_description: Callable[[float], Description],
+        delta: float,
+        relative_tolerance: float,
+        *,
+        step: float | None = None,
+    ) -> None:
+        self.make_description = make_description
+        self.delta = delta
+        self.relative_tolerance = relative_tolerance
+        self.tail = 1e-4 * delta
+        self.step: float | None = step
+        self.evaluations = 0
+        self.cache: dict[float, float] = {}
+
+    def __call__(self, parameter: float) -> float:
+        if parameter in self.cache:
+            return self.cache[parameter]
+        try:
+            description = self.make_description(parameter)
+        except ValueError as error:
+            kind = type(error) if isinstance(error, DpforgeError) else ParameterError
+            raise kind(f"make_description({parameter:g}) failed: {error}") from None
+        components = flatten(description)
+        if self.step is None:
+            self.step = initial_step(components, self.delta, 0.25 * self.relative_tolerance, self.tail)
+        evaluation = evaluate(components, self.step, self.tail, kinds=("upper",))
+        value = max(profile.epsilon(self.delta) for profile in evaluation.upper)
+        self.evaluations += 1
+        self.cache[parameter] = value
+        return value
