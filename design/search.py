@@ -1,6 +1,6 @@
 """Offline search for LMO mixture parameters against a *certified* privacy budget.
 
-:func:`lmo_search` finds the LMO noise (DESIGN.md section 4) that minimises a utility
+:func:`lmo_search` finds the LMO noise (docs/design.md §4) that minimises a utility
 -- the variance, E|noise|, or a user function -- among all mixtures whose certified PRV
 upper epsilon for the workload ``Composed([(PoissonSampled(LMO, q), T)])`` is at most
 the target, and puts it next to the Gaussian calibrated to the same workload.

@@ -67,7 +67,7 @@ class Laplace(Mechanism):
 
     The scalar release has dominating pair Lap(sensitivity, scale) vs Lap(0, scale) and
     is (sensitivity/scale)-DP (Dwork, McSherry, Nissim, Smith 2006).  A vector release
-    with an L2 sensitivity is not a scalar mechanism (DESIGN.md section 5): only the RDP
+    with an L2 sensitivity is not a scalar mechanism (docs/design.md §5): only the RDP
     engine accounts it, through its vector guard.
     """
 

@@ -22,7 +22,7 @@ class PoissonSampled:
     """``mechanism`` run on a Poisson subsample: each record kept with ``sampling_rate``.
 
     Under add-or-remove neighbours the two directions give different pairs
-    (DESIGN.md section 2): remove P = (1-q) Q0 + q P0 vs Q0, add the reverse roles.
+    (docs/design.md §2): remove P = (1-q) Q0 + q P0 vs Q0, add the reverse roles.
     """
 
     mechanism: "Description"

@@ -10,7 +10,7 @@ paper's moment-generating-function substitution.
 A release adds independent LMO noise to each of ``dimension`` coordinates of a query
 whose sensitivity is ``sensitivity`` in the ``norm`` ("l1" or "l2").  Only the scalar
 release (``dimension == 1``) has the one-dimensional shifted pair as its dominating pair;
-vector releases are accounted by the RDP engine's vector guard (DESIGN.md section 5).
+vector releases are accounted by the RDP engine's vector guard (docs/design.md §5).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 LMO noise X is Laplace noise whose inverse scale eta = 1/b is drawn from a weighted
 mixture of Gamma(k, theta), Exponential(rate lam) and Uniform(lo, hi) on eta > 0
-(DESIGN.md section 4).  Conditionally on eta, X has density (eta/2) e^{-eta |x|}, so
+(docs/design.md §4).  Conditionally on eta, X has density (eta/2) e^{-eta |x|}, so
 with t = |x| the density is f(t) = E[(eta/2) e^{-eta t}] and the two-sided tail is
 S(t) = Pr(|X| > t) = E[e^{-eta t}] (the Laplace transform of eta).  Per component:
 

@@ -6,7 +6,7 @@ accountants need is a probability of an event {r <= c} or {r > c} under P0 or Q0
 base pair only has to provide those four functions, accurately in both tails.
 
 A :class:`PrivacyLoss` is the law of the privacy loss L of a possibly Poisson-subsampled
-pair in one neighbouring direction (DESIGN.md section 2, add-or-remove relation):
+pair in one neighbouring direction (docs/design.md §2, add-or-remove relation):
 
 * remove:  P = (1-q) Q0 + q P0 vs Q = Q0,   L = log(1 - q + q e^r);
 * add:     P = Q0 vs Q = (1-q) Q0 + q P0,   L = -log(1 - q + q e^r);
@@ -209,6 +209,19 @@ class RandomizedResponsePair(MonotonePair):
         return np.where(c < -self.epsilon, low, 0.0) + np.where(c < self.epsilon, high, 0.0)
 
 
+def subsampled_log_ratio(r: np.ndarray | float, sampling_rate: float) -> np.ndarray:
+    """log(1 - q + q e^r): the privacy loss of the remove direction of a Poisson-subsampled
+    pair as a function of the base pair's log-likelihood ratio r (Balle, Barthe, Gaboardi
+    2018); the add direction is its negative.  Computed as logaddexp(log(1-q), log q + r),
+    finite for every r (q = 1 gives r itself).  The one implementation in dpforge outside
+    the compiled Monte-Carlo kernels, which need a scalar numba version."""
+    r = np.asarray(r, dtype=float)
+    q = float(sampling_rate)
+    if q >= 1.0:
+        return r
+    return np.logaddexp(np.log1p(-q), np.log(q) + r)
+
+
 @dataclass(frozen=True)
 class PrivacyLoss:
     """Law of the privacy loss L = log p(X)/q(X), X ~ P, of a subsampled pair in one direction.
@@ -231,13 +244,7 @@ class PrivacyLoss:
     def loss_of_r(self, r: np.ndarray | float) -> np.ndarray:
         """L as a function of the base log-likelihood ratio r: log(1 - q + q e^r) for
         "remove", its negative for "add" (Balle, Barthe, Gaboardi 2018)."""
-        r = _as_array(r)
-        q = self.sampling_rate
-        if q >= 1.0:
-            forward = r
-        else:
-            # log(1 - q + q e^r), stable for large |r|
-            forward = np.logaddexp(np.log1p(-q), np.log(q) + r)
+        forward = subsampled_log_ratio(_as_array(r), self.sampling_rate)
         return forward if self.direction == "remove" else -forward
 
     def _r_of_forward(self, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

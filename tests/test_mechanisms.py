@@ -3,7 +3,7 @@
 Coordinates: ``privacy_loss(x)`` is evaluated at outputs x of the *dominating pair* in
 units of the noise: for ``Gaussian(sigma)`` P0 = N(1/sigma, 1) vs Q0 = N(0, 1); for
 ``Laplace(b, c)`` P0 = Lap(c/b, 1) vs Q0 = Lap(0, 1).  Poisson subsampling at rate q
-(DESIGN.md section 2): remove P = (1-q) Q0 + q P0 vs Q = Q0; add P = Q0 vs Q = (1-q) Q0 + q P0.
+(docs/design.md §2): remove P = (1-q) Q0 + q P0 vs Q = Q0; add P = Q0 vs Q = (1-q) Q0 + q P0.
 """
 
 from __future__ import annotations
@@ -145,7 +145,7 @@ def base_logpdfs(mechanism):
 
 
 def subsampled_logpdfs(mechanism, q, direction):
-    """(log p, log q) of the subsampled pair in the given direction (DESIGN.md section 2)."""
+    """(log p, log q) of the subsampled pair in the given direction (docs/design.md §2)."""
     logp0, logq0 = base_logpdfs(mechanism)
 
     def mixture(x):

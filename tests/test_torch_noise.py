@@ -117,7 +117,7 @@ def test_add_noise_on_leaf_parameters_and_bfloat16():
 def test_scalar_l2_laplace_and_lmo_are_refused_on_a_vector():
     vector = [torch.zeros(10)]
     for mechanism in (Laplace(1.0, norm="l2"), LMO_FULL):
-        with pytest.raises(ValueError, match=r"scalar-calibrated .*\(DESIGN.md section 5\)"):
+        with pytest.raises(ValueError, match=r"scalar-calibrated .*\(docs/design.md §5\)"):
             add_noise_(vector, mechanism)
     # also split across tensors: the release is all their coordinates together
     with pytest.raises(ValueError, match="not the scalar mechanism"):

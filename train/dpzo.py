@@ -12,7 +12,7 @@ parameters' shape regenerated from a per-step seed:
    sampling), then restore and update in one pass: theta <- theta + lambda z - lr g z.
 
 The released quantity is one number per step, which is exactly where Laplace and LMO
-noise are sound (DESIGN.md section 5), so Gaussian, scalar Laplace and scalar LMO
+noise are sound (docs/design.md §5), so Gaussian, scalar Laplace and scalar LMO
 mechanisms are accepted; C is the mechanism's ``sensitivity``.  The scalar noise is
 drawn in float64 on the CPU from a generator separate from the (public) seeds.
 

@@ -38,7 +38,7 @@ Soundness.  :func:`add_noise_` refuses what the description does not cover: a La
 LMO mechanism must describe exactly the number of coordinates it is added to, and in
 particular a scalar (``dimension=1``) mechanism with an L2 sensitivity must not be added
 to a vector -- Laplace-type noise on d coordinates of an L2-clipped vector is not the
-scalar mechanism (DESIGN.md section 5).  :func:`sample_noise` is a raw sampler and does
+scalar mechanism (docs/design.md §5).  :func:`sample_noise` is a raw sampler and does
 not check this.
 """
 
@@ -205,7 +205,7 @@ def check_release(mechanism: Mechanism, numel: int) -> None:
             f"refusing to add a scalar-calibrated {kind} mechanism (dimension=1, norm='l2') to {numel} "
             "coordinates: Laplace-type noise added independently to the coordinates of an L2-clipped "
             "vector is not the scalar mechanism, and its privacy loss grows with the dimension "
-            "(DESIGN.md section 5). Use Gaussian noise for vectors, or describe the release with "
+            "(docs/design.md §5). Use Gaussian noise for vectors, or describe the release with "
             f"dimension={numel} and account it with engine='rdp'"
         )
     raise ValueError(

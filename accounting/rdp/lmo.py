@@ -18,7 +18,7 @@
 
 Vector releases (``dimension`` d > 1, independent noise per coordinate) have Rényi
 divergence additive over coordinates, sum_i g(v_i) with g the scalar divergence at
-shift v_i (DESIGN.md section 5).  The worst case over the sensitivity ball is:
+shift v_i (docs/design.md §5).  The worst case over the sensitivity ball is:
 
 * L2 ball ||v||_2 <= C: if G(s) = g(sqrt(s)) is concave and non-decreasing on [0, C^2],
   Jensen gives sum_i G(v_i^2) <= d G(C^2/d) = d g(C/sqrt(d)).

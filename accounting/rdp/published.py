@@ -3,7 +3,7 @@
 Nothing in dpforge calls this module: no engine, no calibrator, no search.  It exists so
 that numbers reported for LMO-DP can be reproduced and set beside the sound ones of
 :mod:`dpforge.accounting.rdp.lmo` (``lmo_rdp_exact``, ``lmo_rdp_mgf_bound``,
-``lmo_pure_cap``).  See DESIGN.md section 5 ("Known traps").
+``lmo_pure_cap``).  See docs/design.md §5 ("Known traps").
 
 Source.  Q. Yang, M. Mohammady, H. Wang, A. Payani, A. Kundu, K. Shu, Y. Yan, Y. Hong,
 "LMO-DP: Optimizing the Randomization Mechanism for Differentially Private Fine-Tuning
