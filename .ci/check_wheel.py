@@ -44,7 +44,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch)
         subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(out), str(ROOT)],
+            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(ROOT)],
             check=True,
         )
         wheel = next(out.glob("dpforge-*.whl"))
