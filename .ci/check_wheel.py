@@ -9,6 +9,7 @@ Usage: python .ci/check_wheel.py  (exit 0 when every module of the wheel imports
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -41,6 +42,7 @@ sys.exit(1 if failed else 0)
 
 
 def main() -> int:
+    shutil.rmtree(ROOT / "build", ignore_errors=True)  # a stale build/ can carry deleted modules
     with tempfile.TemporaryDirectory() as scratch:
         out = Path(scratch)
         subprocess.run(
@@ -54,7 +56,9 @@ def main() -> int:
         python = venv / "bin" / "python"
         subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps", str(wheel)], check=True)
         print(f"wheel {wheel.name}: folders {', '.join(sorted(listed))}")
-        return subprocess.run([str(python), "-c", IMPORT_ALL, str(wheel), str(venv)], cwd=scratch).returncode
+        code = subprocess.run([str(python), "-c", IMPORT_ALL, str(wheel), str(venv)], cwd=scratch).returncode
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
+    return code
 
 
 if __name__ == "__main__":
