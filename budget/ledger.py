@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpforge.accounting.api import epsilon as account_epsilon
-from dpforge.budget.plan import Phase, Plan, write_plan
+from dpforge.budget.plan import Phase, Plan, PlanError, write_plan
+from dpforge.errors import InputFileError, ParameterError, UnsupportedError
 from dpforge.accounting.results import EpsilonResult
-from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
+from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 from dpforge.validation import require_count, require_sampling_rate
@@ -47,7 +48,7 @@ class Ledger:
         """Record ``steps`` releases of ``mechanism`` at ``sampling_rate`` (merged with the
         previous entry when both are equal)."""
         if not isinstance(mechanism, Mechanism):
-            raise ValueError(f"mechanism must be a dpforge mechanism, got {type(mechanism).__name__}")
+            raise ParameterError(f"mechanism must be a dpforge mechanism, got {type(mechanism).__name__}")
         mechanism_to_dict(mechanism)  # refuses what the ledger cannot serialise
         rate = require_sampling_rate("sampling_rate", sampling_rate)
         count = require_count("steps", steps)
@@ -73,7 +74,7 @@ class Ledger:
     def description(self) -> Composed:
         """The whole run as one :class:`Composed` description; ValueError when empty."""
         if not self._entries:
-            raise ValueError("the ledger is empty: record at least one step before accounting")
+            raise ParameterError("the ledger is empty: record at least one step before accounting")
         return Composed([part for entry in self._entries for part in entry.description().parts])
 
     def epsilon(self, delta: float, engine: str = "prv", **options: Any) -> EpsilonResult:
@@ -83,32 +84,19 @@ class Ledger:
     def to_plan(self, path: str | os.PathLike[str] | None, delta: float, budget_epsilon: float | None = None) -> Plan:
         """The plan ``dpforge verify`` checks; written as TOML to ``path`` unless it is None.
 
-        Plan files describe Gaussian and scalar Laplace phases; other mechanisms are
-        refused with the reason (the JSON form of the ledger keeps them).
+        Plan files hold Gaussian, scalar Laplace, pure-DP and LMO phases; a vector release
+        is refused with the reason (the JSON form of the ledger keeps it).
         """
         phases = []
         for index, entry in enumerate(self._entries):
-            mechanism = entry.mechanism
-            if isinstance(mechanism, Gaussian):
-                noise, parameter = "gaussian", mechanism.noise_multiplier
-            elif isinstance(mechanism, Laplace) and mechanism.dimension == 1:
-                noise, parameter = "laplace", mechanism.scale
-            else:
-                raise ValueError(
-                    f"entries[{index}]: plan files hold Gaussian and scalar Laplace phases, not {mechanism!r}; "
-                    "save the ledger with to_json and account it with Ledger.epsilon"
-                )
-            phases.append(
-                Phase(
-                    noise=noise,
-                    parameter=parameter,
-                    sampling_rate=entry.sampling_rate,
-                    steps=entry.steps,
-                    sensitivity=mechanism.sensitivity,
-                )
-            )
+            try:
+                phases.append(Phase.from_mechanism(entry.mechanism, entry.sampling_rate, entry.steps))
+            except PlanError as error:
+                raise UnsupportedError(
+                    f"entries[{index}]: {error.problem}; save the ledger with to_json and account it with Ledger.epsilon"
+                ) from None
         if not phases:
-            raise ValueError("the ledger is empty: record at least one step before writing a plan")
+            raise ParameterError("the ledger is empty: record at least one step before writing a plan")
         plan = Plan(delta=delta, phases=tuple(phases), budget_epsilon=budget_epsilon)
         if path is not None:
             write_plan(plan, path)
@@ -132,13 +120,13 @@ class Ledger:
         """Inverse of :meth:`to_dict` (entries re-recorded, so equal neighbours merge);
         malformed entries are a one-line ValueError naming the entry."""
         if not isinstance(data, dict) or not isinstance(data.get("entries"), list):
-            raise ValueError("a ledger must be an object with an 'entries' list")
+            raise InputFileError("a ledger must be an object with an 'entries' list")
         ledger = cls()
         for index, item in enumerate(data["entries"]):
             try:
                 ledger.record(mechanism_from_dict(item["mechanism"]), item["sampling_rate"], item["steps"])
             except (KeyError, TypeError):
-                raise ValueError(f"entries[{index}] needs 'mechanism', 'sampling_rate' and 'steps'") from None
+                raise InputFileError(f"entries[{index}] needs 'mechanism', 'sampling_rate' and 'steps'") from None
             except ValueError as error:
-                raise ValueError(f"entries[{index}]: {error}") from None
+                raise InputFileError(f"entries[{index}]: {error}") from None
         return ledger

@@ -10,7 +10,7 @@ code is ever executed)::
 
     [[phases]]              # at least one
     name = "warmup"         # optional string
-    noise = "gaussian"      # "gaussian" | "laplace"
+    noise = "gaussian"      # "gaussian" | "laplace" | "pure" | "lmo"
     noise_multiplier = 1.1  # gaussian only, > 0
     sampling_rate = 0.004   # in (0, 1]; optional, default 1.0
     steps = 1000            # integer >= 1
@@ -22,6 +22,19 @@ code is ever executed)::
     sampling_rate = 0.01
     steps = 100
 
+    [[phases]]
+    noise = "pure"          # any epsilon-DP release
+    epsilon = 0.1           # pure only, >= 0
+    steps = 10
+
+    [[phases]]
+    noise = "lmo"           # LMO noise: the fields of dpforge.mechanisms.LMO
+    weights = [0.5, 0.5, 0.0]
+    gamma_shape = 3.0       # ... gamma_scale, exponential_rate, uniform_low, uniform_high
+    steps = 100
+
+A phase's mechanism fields are those of the one mechanism serialisation
+(:mod:`dpforge.mechanisms.serialize`), with the kind written ``noise``.
 :func:`dpforge.budget.verify.verify_plan` accounts the phases cumulatively with the certified PRV engine and
 checks the final upper bound on epsilon against the budget.  Every problem with a plan
 raises :class:`PlanError` (a ``ValueError``) whose one-line message names the field
@@ -38,8 +51,11 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from dpforge.mechanisms.base import Gaussian, Laplace
+from dpforge.errors import InputFileError, ParameterError
+from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
+from dpforge.mechanisms.lmo import LMO
+from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 
 __all__ = [
     "NOISE_PARAMETERS",
@@ -52,8 +68,12 @@ __all__ = [
     "write_plan",
 ]
 
-#: The noise families a phase may use and the name of each one's noise parameter.
-NOISE_PARAMETERS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale"}
+#: The noise families with one noise parameter, and its name.
+NOISE_PARAMETERS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale", "pure": "epsilon"}
+#: Every noise family a phase may use ("lmo" has a shape of several fields, no single parameter).
+NOISE_KINDS: tuple[str, ...] = (*NOISE_PARAMETERS, "lmo")
+#: The LMO fields a phase may carry (besides sensitivity).
+_LMO_FIELDS = tuple(name for name in LMO.__dataclass_fields__ if name != "sensitivity")
 
 _TOP_LEVEL_KEYS = ("delta", "budget", "phases")
 _BUDGET_KEYS = ("epsilon",)
@@ -61,7 +81,7 @@ _PHASE_COMMON_KEYS = ("name", "noise", "sampling_rate", "steps", "sensitivity")
 _DEFAULT_SOURCE = "<string>"
 
 
-class PlanError(ValueError):
+class PlanError(InputFileError):
     """An invalid plan.  ``str(error)`` is one line: ``[source: ]field: problem``."""
 
     def __init__(self, field: str, problem: str, source: str | None = None) -> None:
@@ -152,8 +172,8 @@ def _name(field_name: str, value: Any) -> str | None:
 
 
 def _noise(field_name: str, value: Any) -> str:
-    if not isinstance(value, str) or value not in NOISE_PARAMETERS:
-        allowed = " or ".join(f'"{noise}"' for noise in NOISE_PARAMETERS)
+    if not isinstance(value, str) or value not in NOISE_KINDS:
+        allowed = ", ".join(f'"{noise}"' for noise in NOISE_KINDS[:-1]) + f' or "{NOISE_KINDS[-1]}"'
         raise PlanError(field_name, f"must be {allowed}, got {_show(value)}")
     return value
 
@@ -166,35 +186,71 @@ class Phase:
     """``steps`` releases of one noise mechanism, each on a Poisson subsample of rate ``sampling_rate``.
 
     ``parameter`` is the noise parameter of the family: the ``noise_multiplier`` for
-    ``noise="gaussian"`` (noise std / L2 sensitivity) or the Laplace ``scale`` for
-    ``noise="laplace"``.  Values are checked and normalised (floats, integer steps).
+    ``noise="gaussian"`` (noise std / L2 sensitivity), the Laplace ``scale`` for
+    ``noise="laplace"``, the ``epsilon`` of an epsilon-DP release for ``noise="pure"``;
+    an ``noise="lmo"`` phase has no single parameter (None) and keeps its LMO fields in
+    ``shape`` as (name, value) pairs.  Values are checked and normalised (floats,
+    integer steps).  :meth:`from_mechanism` builds a phase from any mechanism.
     """
 
     noise: str
-    parameter: float
+    parameter: float | None = None
     sampling_rate: float = 1.0
     steps: int = 1
     sensitivity: float = 1.0
     name: str | None = None
+    shape: tuple[tuple[str, Any], ...] = ()
 
     def __post_init__(self) -> None:
         noise = _noise("noise", self.noise)
-        object.__setattr__(self, "parameter", _positive(NOISE_PARAMETERS[noise], self.parameter))
+        if noise == "lmo":
+            if self.parameter is not None:
+                raise PlanError("parameter", "an lmo phase has no single noise parameter (its shape is in 'shape')")
+        elif noise == "pure":
+            object.__setattr__(self, "parameter", _non_negative("epsilon", self.parameter))
+        else:
+            object.__setattr__(self, "parameter", _positive(NOISE_PARAMETERS[noise], self.parameter))
         object.__setattr__(self, "sampling_rate", _sampling_rate("sampling_rate", self.sampling_rate))
         object.__setattr__(self, "steps", _steps("steps", self.steps))
         object.__setattr__(self, "sensitivity", _positive("sensitivity", self.sensitivity))
         _name("name", self.name)
+        shape = tuple((str(key), tuple(value) if isinstance(value, list) else value) for key, value in dict(self.shape).items())
+        if shape and noise != "lmo":
+            raise PlanError("shape", f"only an lmo phase has a shape, not a {noise} phase")
+        object.__setattr__(self, "shape", shape)
+        self.mechanism()  # every field is checked by the mechanism itself
+
+    @classmethod
+    def from_mechanism(cls, mechanism: Mechanism, sampling_rate: float = 1.0, steps: int = 1, name: str | None = None) -> "Phase":
+        """The phase of ``steps`` releases of ``mechanism`` (any mechanism the one
+        serialisation writes: Gaussian, scalar Laplace, pure-DP, LMO)."""
+        data = mechanism_to_dict(mechanism)
+        noise = data.pop("mechanism")
+        if noise == "laplace" and (data.pop("dimension") != 1 or data.pop("norm") != "l1"):
+            raise PlanError("noise", f"plan files hold scalar Laplace phases, not {mechanism!r}")
+        if noise == "lmo":
+            sensitivity = data.pop("sensitivity")
+            return cls("lmo", None, sampling_rate, steps, sensitivity, name, tuple(data.items()))
+        parameter = data.pop(NOISE_PARAMETERS[noise])
+        return cls(noise, parameter, sampling_rate, steps, data.get("sensitivity", 1.0), name)
 
     @property
-    def parameter_name(self) -> str:
-        """``"noise_multiplier"`` for a Gaussian phase, ``"scale"`` for a Laplace phase."""
-        return NOISE_PARAMETERS[self.noise]
+    def parameter_name(self) -> str | None:
+        """``"noise_multiplier"`` (gaussian), ``"scale"`` (laplace), ``"epsilon"`` (pure), None (lmo)."""
+        return NOISE_PARAMETERS.get(self.noise)
 
-    def mechanism(self) -> Gaussian | Laplace:
-        """The single-step mechanism (without subsampling)."""
-        if self.noise == "gaussian":
-            return Gaussian(self.parameter, self.sensitivity)
-        return Laplace(self.parameter, self.sensitivity)
+    def mechanism(self) -> Mechanism:
+        """The single-step mechanism (without subsampling), read through the one serialisation."""
+        if self.noise == "lmo":
+            data = {"noise": "lmo", **dict(self.shape), "sensitivity": self.sensitivity}
+        elif self.noise == "pure":
+            data = {"noise": "pure", "epsilon": self.parameter}
+        else:
+            data = {"noise": self.noise, NOISE_PARAMETERS[self.noise]: self.parameter, "sensitivity": self.sensitivity}
+        try:
+            return mechanism_from_dict(data, kind_key="noise")
+        except InputFileError as error:
+            raise PlanError("", str(error)) from None
 
     def description(self) -> Composed:
         """``steps`` compositions of the (Poisson-subsampled when the rate is < 1) mechanism."""
@@ -233,7 +289,7 @@ class Plan:
         """Composition of the first ``upto`` phases (all phases when ``upto`` is None)."""
         count = len(self.phases) if upto is None else upto
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(self.phases):
-            raise ValueError(f"upto must be an integer in [1, {len(self.phases)}], got {upto!r}")
+            raise ParameterError(f"upto must be an integer in [1, {len(self.phases)}], got {upto!r}")
         parts = [part for phase in self.phases[:count] for part in phase.description().parts]
         return Composed(parts)
 
@@ -265,18 +321,34 @@ def _parse_phase(index: int, table: Any) -> Phase:
     where = f"phases[{index}]"
     if not isinstance(table, Mapping):
         raise PlanError(where, f"must be a table ([[phases]]), got {_show(table)}")
-    noise = _noise(f"{where}.noise", _required(where, table, "noise", ' (one of "gaussian", "laplace")'))
-    parameter_name = NOISE_PARAMETERS[noise]
+    kinds = ", ".join(f'"{noise}"' for noise in NOISE_KINDS)
+    noise = _noise(f"{where}.noise", _required(where, table, "noise", f" (one of {kinds})"))
+    parameter_name = NOISE_PARAMETERS.get(noise)
+    own = _LMO_FIELDS if noise == "lmo" else (parameter_name,)
     for other_noise, other_parameter in NOISE_PARAMETERS.items():
-        if other_noise != noise and other_parameter in table:
+        if other_noise != noise and other_parameter in table and other_parameter not in own:
+            takes = f"takes {parameter_name!r}" if parameter_name else "takes the LMO fields"
             raise PlanError(
                 where,
                 f"key {other_parameter!r} does not apply to a {noise} phase "
-                f"(a {noise} phase takes {parameter_name!r}; {other_parameter!r} is for {other_noise})",
+                f"(a {noise} phase {takes}; {other_parameter!r} is for {other_noise})",
             )
-    _reject_unknown_keys(where, table, _PHASE_COMMON_KEYS + (parameter_name,))
-    parameter = _required(where, table, parameter_name, f" (required for a {noise} phase)")
+    common = _PHASE_COMMON_KEYS if noise != "pure" else tuple(k for k in _PHASE_COMMON_KEYS if k != "sensitivity")
+    _reject_unknown_keys(where, table, common + own)
     steps = _required(where, table, "steps")
+    if noise == "lmo":
+        parameter, shape = None, tuple((key, table[key]) for key in _LMO_FIELDS if key in table)
+        _required(where, table, "weights", " (an lmo phase needs its mixture weights)")
+        for key, value in shape:
+            if key in ("dimension", "norm"):
+                continue
+            if key == "weights":
+                if not isinstance(value, list) or not all(_is_number(v) for v in value):
+                    raise PlanError(f"{where}.weights", f"must be an array of numbers, got {_show(value)}")
+            else:
+                _number(f"{where}.{key}", value, "(finite)", lambda v: True)
+    else:
+        parameter, shape = _required(where, table, parameter_name, f" (required for a {noise} phase)"), ()
     try:
         return Phase(
             noise=noise,
@@ -285,6 +357,7 @@ def _parse_phase(index: int, table: Any) -> Phase:
             steps=steps,
             sensitivity=table.get("sensitivity", 1.0),
             name=table.get("name"),
+            shape=shape,
         )
     except PlanError as error:
         raise error.at(where) from None
@@ -365,6 +438,17 @@ def _toml_float(value: float) -> str:
     return repr(float(value))
 
 
+def _toml_value(value: Any) -> str:
+    """A shape field as TOML: string, integer, float or array of floats."""
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_float(v) for v in value) + "]"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return _toml_float(value)
+
+
 def plan_to_toml(plan: Plan) -> str:
     """The plan as TOML text; ``parse_plan(plan_to_toml(plan)) == plan``."""
     lines = ["# dpforge training plan", f"delta = {_toml_float(plan.delta)}"]
@@ -374,13 +458,14 @@ def plan_to_toml(plan: Plan) -> str:
         lines += ["", "[[phases]]"]
         if phase.name is not None:
             lines.append(f"name = {_toml_string(phase.name)}")
-        lines += [
-            f"noise = {_toml_string(phase.noise)}",
-            f"{phase.parameter_name} = {_toml_float(phase.parameter)}",
-            f"sampling_rate = {_toml_float(phase.sampling_rate)}",
-            f"steps = {int(phase.steps)}",
-            f"sensitivity = {_toml_float(phase.sensitivity)}",
-        ]
+        lines.append(f"noise = {_toml_string(phase.noise)}")
+        if phase.parameter_name is not None:
+            lines.append(f"{phase.parameter_name} = {_toml_float(phase.parameter)}")
+        for key, value in phase.shape:
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines += [f"sampling_rate = {_toml_float(phase.sampling_rate)}", f"steps = {int(phase.steps)}"]
+        if phase.noise != "pure":
+            lines.append(f"sensitivity = {_toml_float(phase.sensitivity)}")
     return "\n".join(lines) + "\n"
 
 

@@ -164,7 +164,7 @@ INVALID = [
     (with_phases('noise_multiplier = 1.0\nsteps = 10\n'), ["phases[0].noise: missing"]),
     (
         with_phases(GAUSSIAN, GAUSSIAN, 'noise = "cauchy"\nsteps = 1\n'),
-        ['phases[2].noise: must be "gaussian" or "laplace", got "cauchy"'],
+        ['phases[2].noise: must be "gaussian", "laplace", "pure" or "lmo", got "cauchy"'],
     ),
     (with_phases('noise = 3\nsteps = 1\n'), ["phases[0].noise", "got 3"]),
     (with_phases('noise = ["gaussian"]\nsteps = 1\n'), ["phases[0].noise", "an array"]),
@@ -247,7 +247,7 @@ def test_constructing_invalid_objects_directly_raises():
         Phase("gaussian", -1.0, steps=1)
     with pytest.raises(PlanError, match="scale: must be a finite number > 0"):
         Phase("laplace", float("inf"), steps=1)
-    with pytest.raises(PlanError, match='noise: must be "gaussian" or "laplace"'):
+    with pytest.raises(PlanError, match='noise: must be "gaussian", "laplace", "pure" or "lmo"'):
         Phase("cauchy", 1.0)
     with pytest.raises(PlanError, match="steps: must be an integer >= 1"):
         Phase("gaussian", 1.0, steps=2.5)
