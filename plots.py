@@ -27,6 +27,7 @@ from dpforge.accounting.api import epsilon as account_epsilon
 from dpforge.accounting.profiles import delta_profile
 from dpforge.accounting.rdp import DEFAULT_ORDERS, rdp_curve
 from dpforge.budget.plan import Plan
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.combinators import Composed, Description
 from dpforge.validation import require_non_negative, require_positive, require_probability_open
@@ -85,18 +86,18 @@ def _require_engines(engines: object) -> tuple[str, ...]:
     try:
         names = tuple(engines)  # type: ignore[arg-type]
     except TypeError:
-        raise ValueError(f"engines must be a sequence of engine names from {list(engine_names())}, got {engines!r}") from None
+        raise ParameterError(f"engines must be a sequence of engine names from {list(engine_names())}, got {engines!r}") from None
     if not names:
-        raise ValueError(f"engines must name at least one engine from {list(engine_names())}")
+        raise ParameterError(f"engines must name at least one engine from {list(engine_names())}")
     for name in names:
         if name not in engine_names():
-            raise ValueError(f"engines must be names from {list(engine_names())}, got {name!r}")
+            raise ParameterError(f"engines must be names from {list(engine_names())}, got {name!r}")
     return names
 
 
 def _require_points(name: str, value: object, minimum: int = 2) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or int(value) < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ParameterError(f"{name} must be an integer >= {minimum}, got {value!r}")
     return int(value)
 
 
@@ -107,7 +108,7 @@ def _require_epsilons(epsilons: object) -> np.ndarray:
     except (TypeError, ValueError):
         grid = np.array([np.nan])
     if grid.ndim != 1 or grid.size < 1 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
-        raise ValueError(f"epsilons must be a non-empty sequence of finite numbers >= 0, got {epsilons!r}")
+        raise ParameterError(f"epsilons must be a non-empty sequence of finite numbers >= 0, got {epsilons!r}")
     return grid
 
 
@@ -115,10 +116,10 @@ def _options_for(engine: str, engine_options: Mapping[str, Mapping[str, Any]] | 
     if engine_options is None:
         return {}
     if not isinstance(engine_options, Mapping):
-        raise ValueError("engine_options must map an engine name to a dict of its options")
+        raise ParameterError("engine_options must map an engine name to a dict of its options")
     options = engine_options.get(engine, {})
     if not isinstance(options, Mapping):
-        raise ValueError(f"engine_options[{engine!r}] must be a dict of that engine's options, got {options!r}")
+        raise ParameterError(f"engine_options[{engine!r}] must be a dict of that engine's options, got {options!r}")
     return dict(options)
 
 
@@ -153,7 +154,7 @@ def _default_epsilons(description: Description, engine: str, options: dict[str, 
     top = account_epsilon(description, 1e-9, engine=engine, **options).upper
     low = account_epsilon(description, 1e-3, engine=engine, **options).upper
     if not (math.isfinite(top) and top > 0):
-        raise ValueError(f"the {engine} engine gives no finite epsilon at delta=1e-9 for this description; pass epsilons")
+        raise ParameterError(f"the {engine} engine gives no finite epsilon at delta=1e-9 for this description; pass epsilons")
     return np.linspace(min(0.1 * low, 0.1 * top), top, points)
 
 
@@ -223,15 +224,15 @@ def epsilon_over_steps(
     points = _require_points("points", points)
     if isinstance(plan_or_step, Plan):
         if steps is not None:
-            raise ValueError("steps applies to a single-step description; a plan has its own steps")
+            raise ParameterError("steps applies to a single-step description; a plan has its own steps")
         delta = plan_or_step.delta if delta is None else require_probability_open("delta", delta)
         phases = [(phase.description().parts[0][0], phase.steps) for phase in plan_or_step.phases]
     else:
         if steps is None:
-            raise ValueError("steps is required with a single-step description (an integer >= 1)")
+            raise ParameterError("steps is required with a single-step description (an integer >= 1)")
         steps = _require_points("steps", steps, minimum=1)
         if delta is None:
-            raise ValueError("delta is required with a single-step description (a number in (0, 1))")
+            raise ParameterError("delta is required with a single-step description (a number in (0, 1))")
         delta = require_probability_open("delta", delta)
         phases = [(plan_or_step, steps)]
     total = sum(count for _, count in phases)
@@ -312,7 +313,7 @@ def noise_density(mechanism: Mechanism, x: np.ndarray) -> np.ndarray:
         return np.exp(-np.abs(x) / mechanism.scale) / (2.0 * mechanism.scale)
     if hasattr(mechanism, "pdf"):
         return np.asarray(mechanism.pdf(x), dtype=float)
-    raise ValueError(f"mechanisms must be Gaussian, Laplace or LMO noise, got {type(mechanism).__name__}")
+    raise ParameterError(f"mechanisms must be Gaussian, Laplace or LMO noise, got {type(mechanism).__name__}")
 
 
 def _noise_std(mechanism: Mechanism) -> float:
@@ -322,7 +323,7 @@ def _noise_std(mechanism: Mechanism) -> float:
         return math.sqrt(2.0) * mechanism.scale
     if hasattr(mechanism, "std"):
         return float(mechanism.std())
-    raise ValueError(f"mechanisms must be Gaussian, Laplace or LMO noise, got {type(mechanism).__name__}")
+    raise ParameterError(f"mechanisms must be Gaussian, Laplace or LMO noise, got {type(mechanism).__name__}")
 
 
 def _display_half_width(mechanism: Mechanism, std: float) -> float:
@@ -351,7 +352,7 @@ def plot_noise_densities(
     standard deviation.
     """
     if not isinstance(mechanisms, Mapping) or not mechanisms:
-        raise ValueError("mechanisms must be a non-empty mapping of label -> Gaussian, Laplace or LMO")
+        raise ParameterError("mechanisms must be a non-empty mapping of label -> Gaussian, Laplace or LMO")
     points = _require_points("points", points, minimum=3)
     stds = {label: _noise_std(mechanism) for label, mechanism in mechanisms.items()}
     if x_max is None:
@@ -380,7 +381,7 @@ def plot_rdp_curves(
     """Rényi-DP curves α ↦ ε_α of named descriptions (composed, adaptive composition by
     summation, Mironov 2017 Prop. 1), log–log axes.  Infinite orders are left out."""
     if not isinstance(descriptions, Mapping) or not descriptions:
-        raise ValueError("descriptions must be a non-empty mapping of label -> description")
+        raise ParameterError("descriptions must be a non-empty mapping of label -> description")
     alpha = DEFAULT_ORDERS if orders is None else orders
     ax = _axes(ax)
     for label, description in descriptions.items():

@@ -30,6 +30,7 @@ import math
 import numpy as np
 
 from dpforge.accounting.results import CalibrationResult, DeltaResult, EpsilonResult
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.mechanisms.pairs import PrivacyLoss
@@ -60,14 +61,14 @@ def step_epsilon(component: Component) -> float:
     """Pure epsilon of one unsubsampled step: max(r_max, -r_min) of its dominating pair."""
     mechanism = component.mechanism
     if isinstance(mechanism, Gaussian):
-        raise ValueError(
+        raise UnsupportedError(
             "the pure engine cannot account a Gaussian mechanism: it is not pure epsilon-DP "
             "(its privacy loss is unbounded); use engine='prv' (or 'rdp', 'montecarlo')"
         )
     pair = mechanism.dominating_pair()
     bound = max(float(pair.r_max), -float(pair.r_min))
     if not math.isfinite(bound):
-        raise ValueError(
+        raise UnsupportedError(
             f"the pure engine cannot account {type(mechanism).__name__}: its privacy loss is unbounded, "
             "so it is not pure epsilon-DP; use engine='prv'"
         )
@@ -125,7 +126,7 @@ def _single_step_lower_delta(components: list[Component], epsilon: float) -> flo
 
 def _reject(options: dict) -> None:
     if options:
-        raise ValueError(f"{sorted(options)[0]} is not an option of the pure engine")
+        raise ParameterError(f"{sorted(options)[0]} is not an option of the pure engine")
 
 
 def _accuracy(components: list[Component], lower_rule: str) -> dict:

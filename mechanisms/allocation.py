@@ -51,6 +51,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Gaussian
 from dpforge.validation import require_positive
 
@@ -62,12 +63,12 @@ def _positive_array(name: str, values: Sequence[float]) -> np.ndarray:
     try:
         array = np.asarray(values, dtype=float).ravel()
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a sequence of numbers > 0, got {values!r}") from None
+        raise ParameterError(f"{name} must be a sequence of numbers > 0, got {values!r}") from None
     if array.size == 0:
-        raise ValueError(f"{name} must contain at least one value")
+        raise ParameterError(f"{name} must contain at least one value")
     bad = ~np.isfinite(array) | (array <= 0)
     if bad.any():
-        raise ValueError(f"{name} must be finite numbers > 0, got {array[bad][0]!r} at index {int(np.argmax(bad))}")
+        raise ParameterError(f"{name} must be finite numbers > 0, got {array[bad][0]!r} at index {int(np.argmax(bad))}")
     return array
 
 
@@ -78,7 +79,7 @@ def effective_noise_multiplier(thresholds: Sequence[float], noise_stds: Sequence
     c = _positive_array("thresholds", thresholds)
     s = _positive_array("noise_stds", noise_stds)
     if c.size != s.size:
-        raise ValueError(f"thresholds and noise_stds must have the same length, got {c.size} and {s.size}")
+        raise ParameterError(f"thresholds and noise_stds must have the same length, got {c.size} and {s.size}")
     return float(1.0 / math.sqrt(np.sum((c / s) ** 2)))
 
 
@@ -116,9 +117,9 @@ def allocate_noise(
     c = _positive_array("thresholds", thresholds)
     k = c.size
     if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise ParameterError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if strategy != "weighted" and (shares is not None):
-        raise ValueError(f"shares apply only to the 'weighted' strategy, not {strategy!r}")
+        raise ParameterError(f"shares apply only to the 'weighted' strategy, not {strategy!r}")
     if strategy == "global":
         stds = np.full(k, sigma * math.sqrt(float(np.sum(c**2))))
     elif strategy == "equal_budget":
@@ -127,13 +128,13 @@ def allocate_noise(
         if shares is not None:
             gamma = _positive_array("shares", shares)
             if gamma.size != k:
-                raise ValueError(f"shares must have one value per group ({k}), got {gamma.size}")
+                raise ParameterError(f"shares must have one value per group ({k}), got {gamma.size}")
             if abs(gamma.sum() - 1.0) > 1e-9:
-                raise ValueError(f"shares must sum to 1 (within 1e-9), got sum {gamma.sum()!r}")
+                raise ParameterError(f"shares must sum to 1 (within 1e-9), got sum {gamma.sum()!r}")
         else:
             sizes = np.ones(k) if group_sizes is None else _positive_array("group_sizes", group_sizes)
             if sizes.size != k:
-                raise ValueError(f"group_sizes must have one value per group ({k}), got {sizes.size}")
+                raise ParameterError(f"group_sizes must have one value per group ({k}), got {sizes.size}")
             gamma = c * np.sqrt(sizes)
             gamma = gamma / gamma.sum()
         stds = sigma * c / np.sqrt(gamma)
@@ -156,10 +157,10 @@ def gradient_noise_multiplier(noise_multiplier: float, count_noise_std: float, g
     sigma = require_positive("noise_multiplier", noise_multiplier)
     sigma_b = require_positive("count_noise_std", count_noise_std)
     if isinstance(groups, bool) or not isinstance(groups, (int, np.integer)) or groups < 1:
-        raise ValueError(f"groups must be an integer >= 1, got {groups!r}")
+        raise ParameterError(f"groups must be an integer >= 1, got {groups!r}")
     remaining = sigma**-2 - groups * (2.0 * sigma_b) ** -2
     if remaining <= 0:
-        raise ValueError(
+        raise ParameterError(
             f"count_noise_std={sigma_b:g} leaves no privacy budget for the gradient: with {groups} "
             f"clipped-count queries it must exceed sqrt(groups) * noise_multiplier / 2 = "
             f"{math.sqrt(groups) * sigma / 2:g}"
@@ -180,10 +181,10 @@ def geometric_threshold_update(
     c = _positive_array("thresholds", thresholds)
     counts = np.asarray(noisy_counts, dtype=float).ravel()
     if counts.size != c.size or not np.all(np.isfinite(counts)):
-        raise ValueError(f"noisy_counts must be {c.size} finite numbers, got {noisy_counts!r}")
+        raise ParameterError(f"noisy_counts must be {c.size} finite numbers, got {noisy_counts!r}")
     batch = require_positive("expected_batch_size", expected_batch_size)
     if not (0.0 < float(target_quantile) < 1.0):
-        raise ValueError(f"target_quantile must be in (0, 1), got {target_quantile!r}")
+        raise ParameterError(f"target_quantile must be in (0, 1), got {target_quantile!r}")
     rate = require_positive("learning_rate", learning_rate)
     fraction = counts / batch + 0.5
     return c * np.exp(-rate * (fraction - float(target_quantile)))

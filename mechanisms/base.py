@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.pairs import (
     Direction,
     GaussianPair,
@@ -81,13 +82,13 @@ class Laplace(Mechanism):
         require_positive("sensitivity", self.sensitivity)
         object.__setattr__(self, "dimension", require_count("dimension", self.dimension))
         if self.norm not in ("l1", "l2"):
-            raise ValueError(f"norm must be one of l1, l2, got {self.norm!r}")
+            raise ParameterError(f"norm must be one of l1, l2, got {self.norm!r}")
 
     def dominating_pair(self) -> LaplacePair:
         """``LaplacePair(a=sensitivity/scale)``: Lap(a, 1) vs Lap(0, 1); raises
         ValueError for ``dimension != 1`` (a vector release has no scalar pair)."""
         if self.dimension != 1:
-            raise ValueError(
+            raise UnsupportedError(
                 f"Laplace with dimension={self.dimension} has no one-dimensional dominating pair: "
                 "a vector release must not be accounted as a scalar one; use engine='rdp' "
                 "(its vector guard bounds the worst shift over the sensitivity ball)"

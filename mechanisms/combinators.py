@@ -12,6 +12,7 @@ from typing import Iterable, Union
 
 import numpy as np
 
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
 from dpforge.validation import require_count, require_sampling_rate
@@ -31,7 +32,7 @@ class PoissonSampled:
     def __post_init__(self) -> None:
         require_sampling_rate("sampling_rate", self.sampling_rate)
         if not isinstance(self.mechanism, (Mechanism, PoissonSampled)):
-            raise ValueError(
+            raise ParameterError(
                 "PoissonSampled.mechanism must be a mechanism or a PoissonSampled mechanism, "
                 f"got {type(self.mechanism).__name__}"
             )
@@ -73,15 +74,15 @@ class Composed:
             try:
                 description, count = item
             except (TypeError, ValueError):
-                raise ValueError(f"Composed.parts[{index}] must be a (description, count) pair, got {item!r}") from None
+                raise ParameterError(f"Composed.parts[{index}] must be a (description, count) pair, got {item!r}") from None
             if not isinstance(description, (Mechanism, PoissonSampled, Composed)):
-                raise ValueError(
+                raise ParameterError(
                     f"Composed.parts[{index}] description must be a mechanism, PoissonSampled or Composed, "
                     f"got {type(description).__name__}"
                 )
             checked.append((description, require_count(f"Composed.parts[{index}] count", count)))
         if not checked:
-            raise ValueError("Composed.parts must contain at least one (description, count) pair")
+            raise ParameterError("Composed.parts must contain at least one (description, count) pair")
         object.__setattr__(self, "parts", tuple(checked))
 
 
@@ -121,7 +122,7 @@ def flatten(description: Description, multiplicity: int = 1) -> list[Component]:
         elif isinstance(node, Mechanism):
             mechanism, rate = node, 1.0
         else:
-            raise ValueError(f"description must be a mechanism, PoissonSampled or Composed, got {type(node).__name__}")
+            raise ParameterError(f"description must be a mechanism, PoissonSampled or Composed, got {type(node).__name__}")
         key = (mechanism, rate)
         if key not in merged:
             merged[key] = 0

@@ -55,6 +55,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Composed, Description, PoissonSampled
 
@@ -86,7 +87,7 @@ def _rr_noise_parameter(epsilon: float) -> float:
     else:
         p = 2.0 / (1.0 + math.exp(epsilon))
     if p <= 0.0:
-        raise ValueError(
+        raise UnsupportedError(
             f"PureDP epsilon={epsilon!r} is too large to be written as a RandomizedResponseDpEvent "
             "(its noise_parameter 2/(1+e^epsilon) underflows to 0, which dp_accounting reads as non-private)"
         )
@@ -118,12 +119,12 @@ def _to_event(description: Any, dp_event: Any) -> Any:
         return dp_event.GaussianDpEvent(noise_multiplier=float(description.noise_multiplier))
     if isinstance(description, Laplace):
         if description.dimension != 1:
-            raise ValueError(
+            raise UnsupportedError(
                 f"Laplace with dimension={description.dimension} has no DpEvent: LaplaceDpEvent is a scalar release"
             )
         multiplier = float(description.scale) / float(description.sensitivity)
         if not (math.isfinite(multiplier) and multiplier > 0.0):
-            raise ValueError(
+            raise ParameterError(
                 f"Laplace scale/sensitivity = {description.scale!r}/{description.sensitivity!r} "
                 "is not a finite positive LaplaceDpEvent noise_multiplier"
             )
@@ -144,8 +145,8 @@ def _to_event(description: Any, dp_event: Any) -> Any:
             events.append(event if count == 1 else dp_event.SelfComposedDpEvent(event=event, count=int(count)))
         return dp_event.ComposedDpEvent(events=events)
     if isinstance(description, Mechanism):
-        raise ValueError(f"{type(description).__name__} has no dp_accounting DpEvent equivalent")
-    raise ValueError(
+        raise UnsupportedError(f"{type(description).__name__} has no dp_accounting DpEvent equivalent")
+    raise ParameterError(
         "description must be a dpforge mechanism, PoissonSampled or Composed, "
         f"got {type(description).__name__}"
     )
@@ -166,10 +167,10 @@ def from_dp_event(event: Any) -> Description:
     """
     dp_event = _dp_event_module()
     if not isinstance(event, dp_event.DpEvent):
-        raise ValueError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
+        raise ParameterError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
     description = _from_event(event, dp_event)
     if description is None:
-        raise ValueError(
+        raise ParameterError(
             f"{type(event).__name__} contains no private release (only no-op events); "
             "there is nothing to account"
         )
@@ -178,9 +179,9 @@ def from_dp_event(event: Any) -> Description:
 
 def _require_positive_parameter(event: Any, name: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-        raise ValueError(f"{type(event).__name__}.{name} must be a number, got {value!r}")
+        raise ParameterError(f"{type(event).__name__}.{name} must be a number, got {value!r}")
     if not float(value) > 0.0:
-        raise ValueError(
+        raise ParameterError(
             f"{type(event).__name__}.{name}={value!r} describes a non-private release "
             "(infinite epsilon); dpforge needs a value > 0"
         )
@@ -202,26 +203,26 @@ def _from_event(event: Any, dp_event: Any) -> Description | None:
         if buckets == 1:
             return None  # a single bucket: the output carries no information
         if buckets != 2:
-            raise ValueError(
+            raise UnsupportedError(
                 f"RandomizedResponseDpEvent with num_buckets={buckets!r} is not supported: only binary "
                 "randomised response (num_buckets=2) converts losslessly to PureDP"
             )
         p = event.noise_parameter
         _require_positive_parameter(event, "noise_parameter", p)
         if not float(p) <= 1.0:
-            raise ValueError(f"RandomizedResponseDpEvent.noise_parameter must be in (0, 1], got {p!r}")
+            raise ParameterError(f"RandomizedResponseDpEvent.noise_parameter must be in (0, 1], got {p!r}")
         return PureDP(epsilon=_rr_epsilon(float(p)))
     if isinstance(event, dp_event.PoissonSampledDpEvent):
         rate = event.sampling_probability
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) and not hasattr(rate, "__float__"):
-            raise ValueError(f"PoissonSampledDpEvent.sampling_probability must be a number, got {rate!r}")
+            raise ParameterError(f"PoissonSampledDpEvent.sampling_probability must be a number, got {rate!r}")
         if float(rate) == 0.0:
             return None  # nobody is sampled: no privacy impact (as in dp_accounting)
         inner = _from_event(event.event, dp_event)
         if inner is None:
             return None
         if not isinstance(inner, (Mechanism, PoissonSampled)):
-            raise ValueError(
+            raise UnsupportedError(
                 f"PoissonSampledDpEvent of {type(event.event).__name__} is not supported: "
                 "Poisson subsampling applies to a single mechanism (or a subsampled one)"
             )
@@ -232,7 +233,7 @@ def _from_event(event: Any, dp_event: Any) -> Description | None:
     if isinstance(event, dp_event.ComposedDpEvent):
         parts = [part for part in (_part(e, dp_event) for e in event.events) if part is not None]
         return Composed(parts) if parts else None
-    raise ValueError(f"{name} is not supported by dpforge's DpEvent conversion")
+    raise UnsupportedError(f"{name} is not supported by dpforge's DpEvent conversion")
 
 
 def _part(event: Any, dp_event: Any) -> tuple[Description, int] | None:
@@ -240,9 +241,9 @@ def _part(event: Any, dp_event: Any) -> tuple[Description, int] | None:
     if isinstance(event, dp_event.SelfComposedDpEvent):
         count = event.count
         if isinstance(count, bool) or not isinstance(count, int) and not hasattr(count, "__index__"):
-            raise ValueError(f"SelfComposedDpEvent.count must be an integer >= 0, got {count!r}")
+            raise ParameterError(f"SelfComposedDpEvent.count must be an integer >= 0, got {count!r}")
         if int(count) < 0:
-            raise ValueError(f"SelfComposedDpEvent.count must be an integer >= 0, got {count!r}")
+            raise ParameterError(f"SelfComposedDpEvent.count must be an integer >= 0, got {count!r}")
         if int(count) == 0:
             return None
         inner = _from_event(event.event, dp_event)

@@ -22,6 +22,7 @@ from typing import Literal
 
 import numpy as np
 
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.pairs import MonotonePair, Under, _as_array
@@ -40,7 +41,7 @@ def require_norm(name: str, value: object) -> str:
     """``value`` as a str when it is one of :data:`NORMS` ("l1", "l2"); otherwise a
     one-line ValueError naming ``name``."""
     if value not in NORMS:
-        raise ValueError(f"{name} must be one of {', '.join(NORMS)}, got {value!r}")
+        raise ParameterError(f"{name} must be one of {', '.join(NORMS)}, got {value!r}")
     return str(value)
 
 
@@ -51,7 +52,7 @@ def require_dimension(name: str, value: object) -> int:
 
 def _require_not_nan(name: str, values: np.ndarray) -> np.ndarray:
     if np.isnan(values).any():
-        raise ValueError(f"{name} must not be NaN")
+        raise ParameterError(f"{name} must not be NaN")
     return values
 
 
@@ -59,17 +60,17 @@ def _require_weights(weights: object) -> tuple[float, float, float]:
     try:
         values = tuple(float(w) for w in weights)  # type: ignore[union-attr]
     except (TypeError, ValueError):
-        raise ValueError(f"weights must be three non-negative numbers summing to 1, got {weights!r}") from None
+        raise ParameterError(f"weights must be three non-negative numbers summing to 1, got {weights!r}") from None
     if len(values) != 3:
-        raise ValueError(
+        raise ParameterError(
             f"weights must be three numbers (gamma, exponential, uniform) summing to 1, got {len(values)}"
         )
     for name, w in zip(COMPONENTS, values):
         if not math.isfinite(w) or w < 0:
-            raise ValueError(f"weights ({name}) must be a finite number >= 0, got {w!r}")
+            raise ParameterError(f"weights ({name}) must be a finite number >= 0, got {w!r}")
     total = sum(values)
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
-        raise ValueError(f"weights must sum to 1 (within {WEIGHT_TOLERANCE:g}), got sum {total!r}")
+        raise ParameterError(f"weights must sum to 1 (within {WEIGHT_TOLERANCE:g}), got sum {total!r}")
     return values  # type: ignore[return-value]
 
 
@@ -100,7 +101,7 @@ class LMO(Mechanism):
         for name in ("gamma_shape", "gamma_scale", "exponential_rate", "uniform_low", "uniform_high", "sensitivity"):
             object.__setattr__(self, name, require_positive(name, getattr(self, name)))
         if self.uniform_low >= self.uniform_high:
-            raise ValueError(
+            raise ParameterError(
                 f"uniform_low must be < uniform_high, got uniform_low={self.uniform_low!r}, "
                 f"uniform_high={self.uniform_high!r}"
             )
@@ -133,7 +134,7 @@ class LMO(Mechanism):
         """log Pr(|X| > t) = log E[e^{-eta t}] (the log Laplace transform of eta)."""
         t = _as_array(t)
         if np.any(t < 0):
-            raise ValueError("t must be >= 0")
+            raise ParameterError("t must be >= 0")
         return kernels.log_tail_array(t.ravel(), self.packed).reshape(t.shape)
 
     def cdf(self, x: np.ndarray | float) -> np.ndarray:
@@ -217,7 +218,7 @@ class LMO(Mechanism):
         rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
         shape = (size,) if isinstance(size, (int, np.integer)) else tuple(size)
         if any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in shape):
-            raise ValueError(f"size must be a non-negative integer or a tuple of them, got {size!r}")
+            raise ParameterError(f"size must be a non-negative integer or a tuple of them, got {size!r}")
         count = int(np.prod(shape, dtype=np.int64))
         eta = self.sample_eta(count, rng)
         return (rng.laplace(0.0, 1.0, count) / eta).reshape(shape)
@@ -263,7 +264,7 @@ class LMO(Mechanism):
         """The shifted pair :class:`LMOPair` (noise + sensitivity vs noise), cached per
         mechanism; raises ValueError for ``dimension != 1``."""
         if self.dimension != 1:
-            raise ValueError(
+            raise UnsupportedError(
                 f"LMO with dimension={self.dimension} has no one-dimensional dominating pair: "
                 "a vector release must not be accounted as a scalar one; use engine='rdp' "
                 "(its vector guard bounds the worst shift over the sensitivity ball)"

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
+
+from dpforge.errors import LimitError
 from scipy import special
 
 Under = Literal["P", "Q"]
@@ -395,7 +397,7 @@ class PrivacyLoss:
         while float(self.sf(hi)) > tail:
             lo, hi = hi, 2.0 * hi + 1.0
             if hi > 1e9:
-                raise ValueError("privacy loss tail does not decay; cannot truncate")
+                raise LimitError("privacy loss tail does not decay; cannot truncate")
         return _first_true(lambda x: self.sf(x) <= tail, lo, hi)
 
     def lower_quantile(self, tail: float) -> float:
@@ -408,7 +410,7 @@ class PrivacyLoss:
         while float(self.cdf(lo)) > tail:
             hi, lo = lo, 2.0 * lo - 1.0
             if lo < -1e9:
-                raise ValueError("privacy loss tail does not decay; cannot truncate")
+                raise LimitError("privacy loss tail does not decay; cannot truncate")
         # last point where the condition still holds: search on the mirrored predicate
         return -_first_true(lambda x: self.cdf(-x) <= tail, -hi, -lo)
 

@@ -7,6 +7,8 @@ noise step sees fewer coordinates, not a different mechanism).
 
 from __future__ import annotations
 
+from dpforge.errors import ParameterError
+
 from typing import Iterable
 
 import torch
@@ -29,15 +31,15 @@ def freeze_all_but_bias(model: torch.nn.Module, keep: Iterable[str] = ()) -> flo
     trainable (a model without biases).
     """
     if not isinstance(model, torch.nn.Module):
-        raise ValueError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        raise ParameterError(f"model must be a torch.nn.Module, got {type(model).__name__}")
     named = list(model.named_parameters())
     keep = set(keep)
     unknown = keep - {name for name, _ in named}
     if unknown:
-        raise ValueError(f"keep names parameters the model does not have: {', '.join(sorted(unknown))}")
+        raise ParameterError(f"keep names parameters the model does not have: {', '.join(sorted(unknown))}")
     trainable = {name for name, _ in named if is_bias(name) or name in keep}
     if not trainable:
-        raise ValueError("the model has no bias parameters (and keep is empty): nothing would be trainable")
+        raise ParameterError("the model has no bias parameters (and keep is empty): nothing would be trainable")
     total = trained = 0
     for name, parameter in named:
         train = name in trainable

@@ -29,6 +29,7 @@ from typing import Iterable
 import torch
 import torch.distributed as dist
 
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Gaussian, Mechanism
 from dpforge.train.noise import (
     _compute_dtype,
@@ -80,12 +81,12 @@ def noisy_all_reduce_(
     Laplace/LMO mechanism must describe exactly these coordinates).
     """
     if mode not in MODES:
-        raise ValueError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        raise ParameterError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     items = _tensor_list(tensors)
     check_release(mechanism, sum(t.numel() for t in items))
     _resolve_device(generator, items[0].device)
     if mode == "gaussian_split" and not isinstance(mechanism, Gaussian):
-        raise ValueError(
+        raise ParameterError(
             f"mode 'gaussian_split' needs a Gaussian mechanism (a sum of independent {type(mechanism).__name__} "
             "draws is not one); use 'rank0' or 'shared_seed'"
         )

@@ -40,6 +40,7 @@ from typing import Callable, Iterable, Mapping, Sequence
 
 import torch
 
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.allocation import (
     STRATEGIES,
     NoiseAllocation,
@@ -75,7 +76,7 @@ def resolve_groups(names: Sequence[str], groups: str | Sequence[Sequence[str]] =
     """
     names = list(names)
     if not names:
-        raise ValueError("there are no parameters to clip (none requires grad)")
+        raise ParameterError("there are no parameters to clip (none requires grad)")
     if isinstance(groups, str):
         if groups == "flat":
             return [names]
@@ -86,22 +87,22 @@ def resolve_groups(names: Sequence[str], groups: str | Sequence[Sequence[str]] =
             for name in names:
                 layers.setdefault(name.rsplit(".", 1)[0] if "." in name else name, []).append(name)
             return list(layers.values())
-        raise ValueError(f"groups must be one of {', '.join(GROUPINGS)} or a list of lists of names, got {groups!r}")
+        raise ParameterError(f"groups must be one of {', '.join(GROUPINGS)} or a list of lists of names, got {groups!r}")
     resolved = [list(group) for group in groups]
     seen: dict[str, int] = {}
     known = set(names)
     for index, group in enumerate(resolved):
         if not group:
-            raise ValueError(f"groups[{index}] is empty")
+            raise ParameterError(f"groups[{index}] is empty")
         for name in group:
             if name not in known:
-                raise ValueError(f"groups[{index}] names {name!r}, which is not a trainable parameter")
+                raise ParameterError(f"groups[{index}] names {name!r}, which is not a trainable parameter")
             if name in seen:
-                raise ValueError(f"parameter {name!r} is in groups[{seen[name]}] and groups[{index}]")
+                raise ParameterError(f"parameter {name!r} is in groups[{seen[name]}] and groups[{index}]")
             seen[name] = index
     missing = [name for name in names if name not in seen]
     if missing:
-        raise ValueError(f"every trainable parameter must be in a group; missing {', '.join(missing)}")
+        raise ParameterError(f"every trainable parameter must be in a group; missing {', '.join(missing)}")
     return resolved
 
 
@@ -110,15 +111,15 @@ def _thresholds(values: float | Sequence[float], count: int) -> list[float]:
         values = [float(values)] * count
     values = list(values)
     if len(values) != count:
-        raise ValueError(f"thresholds must be one number or one per group ({count}), got {len(values)}")
+        raise ParameterError(f"thresholds must be one number or one per group ({count}), got {len(values)}")
     out = []
     for index, value in enumerate(values):
         try:
             value = float(value)
         except (TypeError, ValueError):
-            raise ValueError(f"thresholds[{index}] must be a number > 0, got {value!r}") from None
+            raise ParameterError(f"thresholds[{index}] must be a number > 0, got {value!r}") from None
         if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"clipping thresholds must be finite and > 0, got thresholds[{index}] = {value!r}")
+            raise ParameterError(f"clipping thresholds must be finite and > 0, got thresholds[{index}] = {value!r}")
         out.append(value)
     return out
 
@@ -138,16 +139,16 @@ def _check_per_sample(per_sample_grads: Mapping[str, torch.Tensor], names: Itera
     device = dtype = None
     for name in names:
         if name not in per_sample_grads:
-            raise ValueError(f"no per-sample gradient for parameter {name!r}")
+            raise ParameterError(f"no per-sample gradient for parameter {name!r}")
         grad = per_sample_grads[name]
         if not isinstance(grad, torch.Tensor) or grad.dim() < 1:
-            raise ValueError(f"the per-sample gradient of {name!r} must be a tensor with a leading batch dimension")
+            raise ParameterError(f"the per-sample gradient of {name!r} must be a tensor with a leading batch dimension")
         if batch is None:
             batch, device, dtype = grad.shape[0], grad.device, grad.dtype
         elif grad.shape[0] != batch:
-            raise ValueError(f"per-sample gradients disagree on the batch size ({batch} vs {grad.shape[0]} for {name!r})")
+            raise ParameterError(f"per-sample gradients disagree on the batch size ({batch} vs {grad.shape[0]} for {name!r})")
         elif grad.device != device or grad.dtype != dtype:
-            raise ValueError(
+            raise ParameterError(
                 f"per-sample gradients must share one device and dtype; {name!r} is {grad.dtype} on {grad.device}, "
                 f"others {dtype} on {device}"
             )
@@ -206,7 +207,7 @@ class AdaptiveClipping:
         require_positive("count_noise_std", self.count_noise_std)
         require_positive("learning_rate", self.learning_rate)
         if not 0.0 < float(self.target_quantile) < 1.0:
-            raise ValueError(f"target_quantile must be in (0, 1), got {self.target_quantile!r}")
+            raise ParameterError(f"target_quantile must be in (0, 1), got {self.target_quantile!r}")
 
 
 def _named_trainable(parameters) -> list[tuple[str, torch.Tensor]]:
@@ -219,7 +220,7 @@ def _named_trainable(parameters) -> list[tuple[str, torch.Tensor]]:
     out = []
     for item in items:
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[1], torch.Tensor)):
-            raise ValueError("parameters must be a Module, a name -> tensor mapping or (name, tensor) pairs")
+            raise ParameterError("parameters must be a Module, a name -> tensor mapping or (name, tensor) pairs")
         if item[1].requires_grad:
             out.append((str(item[0]), item[1]))
     return out
@@ -255,9 +256,9 @@ class DPSGDNoiseStep:
         self.sampling_rate = require_sampling_rate("sampling_rate", sampling_rate)
         self.expected_batch_size = require_positive("expected_batch_size", expected_batch_size)
         if strategy not in STRATEGIES:
-            raise ValueError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+            raise ParameterError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
         if adaptive is not None and not isinstance(adaptive, AdaptiveClipping):
-            raise ValueError(f"adaptive must be an AdaptiveClipping or None, got {type(adaptive).__name__}")
+            raise ParameterError(f"adaptive must be an AdaptiveClipping or None, got {type(adaptive).__name__}")
         self.named = _named_trainable(parameters)
         self.groups = resolve_groups([name for name, _ in self.named], groups)
         self.thresholds = _thresholds(thresholds, len(self.groups))
@@ -391,6 +392,6 @@ def opacus_per_sample_gradients(module: torch.nn.Module) -> dict[str, torch.Tens
             continue
         sample = getattr(parameter, "grad_sample", None)
         if sample is None:
-            raise ValueError(f"parameter {name!r} has no grad_sample: run a backward pass through GradSampleModule")
+            raise ParameterError(f"parameter {name!r} has no grad_sample: run a backward pass through GradSampleModule")
         out[name[len("_module."):] if name.startswith("_module.") else name] = sample
     return out

@@ -32,6 +32,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from dpforge.budget.ledger import Ledger
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.lmo import LMO
 from dpforge.train.noise import check_release, sample_noise
@@ -77,9 +78,9 @@ def perturb_(parameters: Sequence[torch.Tensor], seed: int, alphas: Sequence[Seq
 def clipped_difference_sum(loss_plus: torch.Tensor, loss_minus: torch.Tensor, clip: float) -> float:
     """sum_i clip(L_i^+ - L_i^-, -C, C) in float64 (each example moves it by at most C)."""
     if not isinstance(loss_plus, torch.Tensor) or not isinstance(loss_minus, torch.Tensor):
-        raise ValueError("the closure must return a tensor of per-example losses")
+        raise ParameterError("the closure must return a tensor of per-example losses")
     if loss_plus.dim() != 1 or loss_plus.shape != loss_minus.shape:
-        raise ValueError(
+        raise ParameterError(
             "the closure must return a 1-D tensor of per-example losses, the same length at theta + lambda z "
             f"and theta - lambda z; got shapes {tuple(loss_plus.shape)} and {tuple(loss_minus.shape)}"
         )
@@ -93,7 +94,7 @@ def _update_alpha(lr: float, scalar: float) -> float:
 
 def _require_scalar_mechanism(mechanism: Mechanism) -> Mechanism:
     if not isinstance(mechanism, (Gaussian, Laplace, LMO)):
-        raise ValueError(f"mechanism must be a Gaussian, Laplace or LMO mechanism, got {type(mechanism).__name__}")
+        raise ParameterError(f"mechanism must be a Gaussian, Laplace or LMO mechanism, got {type(mechanism).__name__}")
     check_release(mechanism, 1)  # Laplace/LMO must describe a scalar release
     return mechanism
 
@@ -143,7 +144,7 @@ class DPZero(torch.optim.Optimizer):
             noise_generator = torch.Generator()
             noise_generator.seed()
         if noise_generator.device.type != "cpu":
-            raise ValueError("noise_generator must be a CPU generator (the scalar noise is drawn in float64 on the CPU)")
+            raise ParameterError("noise_generator must be a CPU generator (the scalar noise is drawn in float64 on the CPU)")
         self.noise_generator = noise_generator
         self.ledger = ledger if ledger is not None else Ledger()
         self.history: list[ZOStep] = []
@@ -158,10 +159,10 @@ class DPZero(torch.optim.Optimizer):
         theta <- theta - lr g z; returns the mean of the losses at theta +- lambda z (not
         private)."""
         if closure is None:
-            raise ValueError("DPZero.step needs a closure returning the per-example losses")
+            raise ParameterError("DPZero.step needs a closure returning the per-example losses")
         trainable = self._trainable()
         if not trainable:
-            raise ValueError("DPZero has no parameter with requires_grad=True to train")
+            raise ParameterError("DPZero has no parameter with requires_grad=True to train")
         params = [p for p, _ in trainable]
         lam = self.perturbation_scale
         seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
@@ -181,7 +182,7 @@ class DPZero(torch.optim.Optimizer):
         batch = self.expected_batch_size if self.expected_batch_size is not None else loss_plus.shape[0]
         if batch == 0:
             perturb_(params, seed, [(lam,)] * len(params))
-            raise ValueError("empty batch: pass expected_batch_size to DPZero when batches can be empty")
+            raise ParameterError("empty batch: pass expected_batch_size to DPZero when batches can be empty")
         noise = float(sample_noise(self.mechanism, (), generator=self.noise_generator, dtype=torch.float64))
         scalar = (total + noise) / (batch * 2.0 * lam)
         perturb_(params, seed, [(lam, _update_alpha(lr, scalar)) for _, lr in trainable])
@@ -215,7 +216,7 @@ def replay(
     steps = list(history)
     rates = [lr] * len(steps) if isinstance(lr, (int, float)) else list(lr)
     if len(rates) != len(steps):
-        raise ValueError(f"lr must be one number or one per step ({len(steps)}), got {len(rates)}")
+        raise ParameterError(f"lr must be one number or one per step ({len(steps)}), got {len(rates)}")
     for step, rate in zip(steps, rates):
         if not isinstance(step, ZOStep):
             step = ZOStep(*step)

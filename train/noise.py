@@ -48,6 +48,7 @@ from typing import Iterable, Sequence
 
 import torch
 
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.lmo import LMO
 
@@ -63,13 +64,13 @@ def _compute_dtype(dtype: torch.dtype) -> torch.dtype:
 
 def _require_dtype(dtype: object) -> torch.dtype:
     if dtype not in SUPPORTED_DTYPES:
-        raise ValueError(f"dtype must be one of float32, float64, bfloat16, got {dtype!r}")
+        raise ParameterError(f"dtype must be one of float32, float64, bfloat16, got {dtype!r}")
     return dtype  # type: ignore[return-value]
 
 
 def _require_mechanism(mechanism: object) -> Mechanism:
     if not isinstance(mechanism, (Gaussian, Laplace, LMO)):
-        raise ValueError(
+        raise ParameterError(
             f"mechanism must be a dpforge Gaussian, Laplace or LMO mechanism, got {type(mechanism).__name__}"
         )
     return mechanism
@@ -80,7 +81,7 @@ def _resolve_device(generator: torch.Generator | None, device: torch.device | st
         device = generator.device if generator is not None else torch.device("cpu")
     device = torch.device(device)
     if generator is not None and generator.device.type != device.type:
-        raise ValueError(
+        raise ParameterError(
             f"the generator lives on {generator.device} but the noise is wanted on {device}: "
             "use a torch.Generator(device=...) on the same device"
         )
@@ -167,9 +168,9 @@ def _as_shape(shape) -> tuple[int, ...]:
     try:
         shape = tuple(int(s) for s in shape)
     except TypeError:
-        raise ValueError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
+        raise ParameterError(f"shape must be an int or a sequence of ints, got {shape!r}") from None
     if any(s < 0 for s in shape):
-        raise ValueError(f"shape must have non-negative sizes, got {shape!r}")
+        raise ParameterError(f"shape must have non-negative sizes, got {shape!r}")
     return shape
 
 
@@ -201,14 +202,14 @@ def check_release(mechanism: Mechanism, numel: int) -> None:
         return
     kind = type(mechanism).__name__
     if mechanism.dimension == 1 and mechanism.norm == "l2":
-        raise ValueError(
+        raise UnsupportedError(
             f"refusing to add a scalar-calibrated {kind} mechanism (dimension=1, norm='l2') to {numel} "
             "coordinates: Laplace-type noise added independently to the coordinates of an L2-clipped "
             "vector is not the scalar mechanism, and its privacy loss grows with the dimension "
             "(docs/design.md §5). Use Gaussian noise for vectors, or describe the release with "
             f"dimension={numel} and account it with engine='rdp'"
         )
-    raise ValueError(
+    raise UnsupportedError(
         f"the {kind} mechanism describes a release of dimension={mechanism.dimension} coordinates "
         f"but would be added to {numel}; the ledger would account a different release than the one made"
     )
@@ -217,19 +218,19 @@ def check_release(mechanism: Mechanism, numel: int) -> None:
 def _tensor_list(tensors: torch.Tensor | Iterable[torch.Tensor]) -> list[torch.Tensor]:
     items = [tensors] if isinstance(tensors, torch.Tensor) else list(tensors)
     if not items:
-        raise ValueError("tensors must contain at least one tensor")
+        raise ParameterError("tensors must contain at least one tensor")
     for index, tensor in enumerate(items):
         if not isinstance(tensor, torch.Tensor):
-            raise ValueError(f"tensors[{index}] must be a torch.Tensor, got {type(tensor).__name__}")
+            raise ParameterError(f"tensors[{index}] must be a torch.Tensor, got {type(tensor).__name__}")
     devices = {tensor.device for tensor in items}
     if len(devices) > 1:
-        raise ValueError(
+        raise ParameterError(
             f"tensors are on different devices ({', '.join(sorted(str(d) for d in devices))}); "
             "noise for one release must be drawn on one device"
         )
     dtypes = {tensor.dtype for tensor in items}
     if len(dtypes) > 1:
-        raise ValueError(f"tensors have different dtypes ({', '.join(sorted(str(d) for d in dtypes))})")
+        raise ParameterError(f"tensors have different dtypes ({', '.join(sorted(str(d) for d in dtypes))})")
     _require_dtype(items[0].dtype)
     return items
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from dpforge.budget.ledger import Ledger
 from dpforge.accounting.results import EpsilonResult
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Gaussian
 from dpforge.validation import require_count, require_non_negative, require_sampling_rate
 
@@ -68,7 +69,7 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
         ledger = Ledger()
         for noise_multiplier, sample_rate, steps in self.history:
             if noise_multiplier == 0:
-                raise ValueError("a step without noise (noise_multiplier = 0) has no finite epsilon")
+                raise ParameterError("a step without noise (noise_multiplier = 0) has no finite epsilon")
             ledger.record(Gaussian(noise_multiplier), sample_rate, steps)
         return ledger
 
@@ -100,15 +101,15 @@ class DpforgeAccountant(_Base):  # type: ignore[misc,valid-type]
         """Restore ``history`` from :meth:`state_dict` output; ValueError without a history
         or for another accountant's state."""
         if not state_dict or "history" not in state_dict:
-            raise ValueError("state_dict must contain a 'history'")
+            raise ParameterError("state_dict must contain a 'history'")
         if state_dict.get("mechanism", MECHANISM_NAME) != MECHANISM_NAME:
-            raise ValueError(f"state_dict is for accountant {state_dict['mechanism']!r}, not {MECHANISM_NAME!r}")
+            raise ParameterError(f"state_dict is for accountant {state_dict['mechanism']!r}, not {MECHANISM_NAME!r}")
         history = []
         for index, entry in enumerate(state_dict["history"]):
             try:
                 noise_multiplier, sample_rate, steps = entry
             except (TypeError, ValueError):
-                raise ValueError(
+                raise ParameterError(
                     f"state_dict['history'][{index}] must be (noise_multiplier, sample_rate, steps), got {entry!r}"
                 ) from None
             where = f"state_dict['history'][{index}]"

@@ -12,6 +12,7 @@ import numpy as np
 
 from dpforge.accounting.prv.compose import compose
 from dpforge.accounting.prv.discretise import GridMeasure, lower_measure, upper_measure
+from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
 
@@ -33,7 +34,7 @@ def truncation(loss: PrivacyLoss, tail: float) -> Truncation:
     Raises ``ValueError`` when one step's loss reaches beyond ``MAX_LOSS`` nats."""
     cut = Truncation(loss.lower_quantile(tail), loss.upper_quantile(tail))
     if max(abs(cut.low), abs(cut.high)) > MAX_LOSS:
-        raise ValueError(
+        raise LimitError(
             f"one step's privacy loss exceeds {MAX_LOSS:g} nats with probability above {tail:.1e} "
             f"(epsilon of hundreds or more); the prv engine supports per-step losses up to {MAX_LOSS:g}: "
             "add noise (a larger noise_multiplier or scale)"

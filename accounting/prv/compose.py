@@ -19,6 +19,7 @@ from scipy import signal
 
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure
+from dpforge.errors import LimitError, ParameterError
 
 _U = np.finfo(float).eps / 2
 #: largest per-step privacy loss the engine discretises (e^{-L} must stay representable)
@@ -222,7 +223,7 @@ class ComposedMeasure:
         tail = np.cumsum(masses[::-1])
         cut = int(np.searchsorted(tail, remove, side="left"))
         if cut >= masses.size:
-            raise ValueError("composed measure has less mass than its aliasing bound")
+            raise ParameterError("composed measure has less mass than its aliasing bound")
         masses[masses.size - cut :] = 0.0
         masses[masses.size - 1 - cut] = tail[cut] - remove
         return DiscreteLoss(self.positions, masses, 0.0)
@@ -243,10 +244,10 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
         top = float(np.min((cumulant[positive] - log_tail) / lam[positive]))
         bottom = float(np.max((cumulant[~positive] - log_tail) / lam[~positive]))
     if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
-        raise ValueError("composed privacy loss has no mass on the grid; check the mechanism parameters")
+        raise ParameterError("composed privacy loss has no mass on the grid; check the mechanism parameters")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
     if size > 2**26:
-        raise ValueError(
+        raise LimitError(
             f"the FFT window needs {size} points (limit 2**26); lower the accuracy or the number of steps"
         )
     log_spectrum = np.zeros(size // 2 + 1, dtype=complex)

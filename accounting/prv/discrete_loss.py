@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dpforge.errors import ParameterError
+
 
 class DiscreteLoss:
     """Masses ``masses`` at sorted ``positions`` plus ``infinity`` at +inf."""
@@ -20,7 +22,7 @@ class DiscreteLoss:
         self.masses = np.asarray(masses, dtype=float)[keep]
         self.infinity = float(infinity)
         if self.positions.size == 0:
-            raise ValueError("a discrete privacy-loss law needs at least one positive mass")
+            raise ParameterError("a discrete privacy-loss law needs at least one positive mass")
         self.q_masses = self.masses * np.exp(-self.positions)
         self._cum_p = np.concatenate([[0.0], np.cumsum(self.masses)])
         self._tail_p = np.concatenate([np.cumsum(self.masses[::-1])[::-1], [0.0]])

@@ -8,15 +8,16 @@ import math
 import numpy as np
 
 from dpforge.accounting.rdp.formulas import require_orders
+from dpforge.errors import ParameterError
 from dpforge.validation import require_non_negative, require_probability_open
 
 def _conversion_inputs(orders: object, values: object) -> tuple[np.ndarray, np.ndarray]:
     alpha = require_orders(orders)
     rho = np.atleast_1d(np.asarray(values, dtype=float))
     if rho.shape != alpha.shape:
-        raise ValueError(f"rdp values must have one entry per order ({alpha.size}), got shape {rho.shape}")
+        raise ParameterError(f"rdp values must have one entry per order ({alpha.size}), got shape {rho.shape}")
     if np.isnan(rho).any():
-        raise ValueError("rdp values must not contain NaN")
+        raise ParameterError("rdp values must not contain NaN")
     return alpha, np.maximum(rho, 0.0)
 
 

@@ -19,6 +19,7 @@ from dpforge.accounting.rdp.formulas import (
     zhu_wang_subsampled_rdp,
 )
 from dpforge.accounting.rdp.lmo import noise_rdp
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.validation import require_sampling_rate
@@ -62,7 +63,7 @@ def _base_rdp(mechanism: Mechanism, orders: np.ndarray, lmo_bound: str = "exact"
         return gaussian_rdp(mechanism.noise_multiplier, orders), "gaussian: exact"
     if isinstance(mechanism, PureDP):
         return randomized_response_rdp(mechanism.epsilon, orders), "pure-dp: exact (randomised response)"
-    raise ValueError(f"the rdp engine cannot account {type(mechanism).__name__}")
+    raise UnsupportedError(f"the rdp engine cannot account {type(mechanism).__name__}")
 
 
 def _monotone_envelope(alpha: np.ndarray, values: np.ndarray) -> np.ndarray:
@@ -118,7 +119,7 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_
     values = _monotone_envelope(alpha, np.asarray(values, dtype=float))
     values = count * np.maximum(values, 0.0)
     if np.isnan(values).any():  # pragma: no cover - defensive
-        raise ValueError(f"the rdp engine produced NaN for {family}")
+        raise ParameterError(f"the rdp engine produced NaN for {family}")
     return RdpCurve(alpha, values, (label,), (details,))
 
 

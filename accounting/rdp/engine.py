@@ -11,17 +11,18 @@ from dpforge.accounting.rdp.conversion import delta_from_rdp, epsilon_from_rdp
 from dpforge.accounting.rdp.curve import RdpCurve, rdp_curve
 from dpforge.accounting.rdp.formulas import DEFAULT_ORDERS
 from dpforge.accounting.results import DeltaResult, EpsilonResult
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.combinators import Description
 from dpforge.validation import require_non_negative, require_probability_open
 
 def _require_lmo_bound(lmo_bound: object) -> None:
     if lmo_bound not in ("exact", "mgf"):
-        raise ValueError(f"lmo_bound must be one of exact, mgf, got {lmo_bound!r}")
+        raise ParameterError(f"lmo_bound must be one of exact, mgf, got {lmo_bound!r}")
 
 
 def _reject_options(options: dict) -> None:
     if options:
-        raise ValueError(f"{sorted(options)[0]} is not an option of the rdp engine")
+        raise ParameterError(f"{sorted(options)[0]} is not an option of the rdp engine")
 
 
 def _accuracy(curve: RdpCurve, optimal_order: float) -> dict:

@@ -38,6 +38,7 @@ from typing import Callable, Sequence, Union
 import numpy as np
 from scipy import special
 
+from dpforge.errors import ParameterError
 from dpforge.validation import require_non_negative, require_positive, require_sampling_rate
 
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
@@ -61,12 +62,12 @@ def require_orders(orders: object) -> np.ndarray:
     try:
         values = np.atleast_1d(np.asarray(orders, dtype=float))
     except (TypeError, ValueError):
-        raise ValueError(f"orders must be finite numbers > 1, got {orders!r}") from None
+        raise ParameterError(f"orders must be finite numbers > 1, got {orders!r}") from None
     if values.ndim != 1 or values.size == 0:
-        raise ValueError("orders must be a non-empty 1-d sequence of finite numbers > 1")
+        raise ParameterError("orders must be a non-empty 1-d sequence of finite numbers > 1")
     bad = ~np.isfinite(values) | (values <= 1.0)
     if bad.any():
-        raise ValueError(f"orders must be finite numbers > 1, got {values[bad][0]!r}")
+        raise ParameterError(f"orders must be finite numbers > 1, got {values[bad][0]!r}")
     return values
 
 
@@ -223,18 +224,18 @@ def _base_values(base_rdp_at_integer: BaseRdp, top: int) -> np.ndarray:
     if callable(base_rdp_at_integer):
         values = np.asarray(base_rdp_at_integer(levels), dtype=float)
         if values.shape != levels.shape:
-            raise ValueError(
+            raise ParameterError(
                 f"base_rdp_at_integer must return one value per order l = 2..{top}, got shape {values.shape}"
             )
     else:
         values = np.asarray(base_rdp_at_integer, dtype=float).ravel()
         if values.size < levels.size:
-            raise ValueError(
+            raise ParameterError(
                 f"base_rdp_at_integer must hold ε(l) for l = 2..{top} ({levels.size} values), got {values.size}"
             )
         values = values[: levels.size]
     if np.isnan(values).any():
-        raise ValueError("base_rdp_at_integer must not contain NaN")
+        raise ParameterError("base_rdp_at_integer must not contain NaN")
     # an RDP value is never negative: raising a (rounding-)negative value to 0 keeps it a bound
     return np.maximum(values, 0.0)
 

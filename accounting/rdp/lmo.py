@@ -39,6 +39,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from dpforge.accounting.rdp.formulas import laplace_rdp, randomized_response_rdp, require_orders
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Laplace
 from dpforge.mechanisms.lmo import LMO
@@ -170,9 +171,9 @@ def noise_rdp(mechanism: Laplace | LMO, orders, method: Method = "exact") -> tup
     """
     alpha = require_orders(orders)
     if method not in METHODS:
-        raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+        raise ParameterError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if not isinstance(mechanism, (Laplace, LMO)):
-        raise ValueError(f"noise_rdp handles Laplace and LMO, got {type(mechanism).__name__}")
+        raise ParameterError(f"noise_rdp handles Laplace and LMO, got {type(mechanism).__name__}")
     family = "laplace" if isinstance(mechanism, Laplace) else "lmo"
     how = "exact" if family == "laplace" else (
         "exact quadrature" if method == "exact" else "joint-convexity MGF bound, capped by the pure-DP bound"
@@ -195,7 +196,7 @@ def noise_rdp(mechanism: Laplace | LMO, orders, method: Method = "exact") -> tup
         worst = _scalar_rdp(mechanism, alpha, c, method)
         rule = f"vector guard l1: d={d}, g convex so the worst shift is one coordinate at C"
     if not ok.any():
-        raise ValueError(
+        raise UnsupportedError(
             f"cannot bound the {family} vector release (dimension={d}, norm={mechanism.norm}): "
             "the shape condition of the vector guard fails at every order"
         )

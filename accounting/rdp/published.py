@@ -59,6 +59,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from dpforge.errors import ParameterError
 from dpforge.mechanisms.lmo import LMO
 
 __all__ = [
@@ -115,9 +116,9 @@ def _number(name: str, value: object) -> float:
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a finite number, got {value!r}") from None
+        raise ParameterError(f"{name} must be a finite number, got {value!r}") from None
     if not math.isfinite(x):
-        raise ValueError(f"{name} must be a finite number, got {value!r}")
+        raise ParameterError(f"{name} must be a finite number, got {value!r}")
     return x
 
 
@@ -133,7 +134,7 @@ def published_parameters(mechanism_or_params: object = None, **params: float) ->
     """
     if isinstance(mechanism_or_params, LMO):
         if params:
-            raise ValueError("give either an LMO or keyword parameters, not both")
+            raise ParameterError("give either an LMO or keyword parameters, not both")
         m = mechanism_or_params
         return PublishedParameters(*(float(w) for w in m.weights), float(m.gamma_shape), float(m.gamma_scale),
                                    float(m.exponential_rate), float(m.uniform_low), float(m.uniform_high))
@@ -144,31 +145,31 @@ def published_parameters(mechanism_or_params: object = None, **params: float) ->
     elif mechanism_or_params is None:
         source = {}
     else:
-        raise ValueError(
+        raise ParameterError(
             f"expected an LMO, a mapping of parameters or keywords, got {type(mechanism_or_params).__name__}"
         )
     if source and params:
-        raise ValueError("give either a mapping or keyword parameters, not both")
+        raise ParameterError("give either a mapping or keyword parameters, not both")
     raw = dict(source or params)
     values: dict[str, float] = {}
     for key, value in raw.items():
         name = key if key in _OUR_KEYS else _PUBLIC_KEYS.get(key)
         if name is None:
-            raise ValueError(f"unknown LMO parameter {key!r}; expected {', '.join(_OUR_KEYS)}")
+            raise ParameterError(f"unknown LMO parameter {key!r}; expected {', '.join(_OUR_KEYS)}")
         if name in values:
-            raise ValueError(f"LMO parameter {name!r} given twice")
+            raise ParameterError(f"LMO parameter {name!r} given twice")
         values[name] = _number(name, value)
     missing = [key for key in _OUR_KEYS if key not in values]
     if missing:
-        raise ValueError(f"missing LMO parameter(s): {', '.join(missing)}")
+        raise ParameterError(f"missing LMO parameter(s): {', '.join(missing)}")
     for key in ("a1", "a3", "a4"):
         if values[key] < 0:
-            raise ValueError(f"{key} must be >= 0, got {values[key]!r}")
+            raise ParameterError(f"{key} must be >= 0, got {values[key]!r}")
     for key in ("k", "theta", "lam"):
         if values[key] <= 0:
-            raise ValueError(f"{key} must be > 0, got {values[key]!r}")
+            raise ParameterError(f"{key} must be > 0, got {values[key]!r}")
     if values["a"] >= values["b"]:
-        raise ValueError(f"a must be < b, got a={values['a']!r}, b={values['b']!r}")
+        raise ParameterError(f"a must be < b, got a={values['a']!r}, b={values['b']!r}")
     return PublishedParameters(**values)
 
 
@@ -176,12 +177,12 @@ def _orders(orders: object) -> np.ndarray:
     try:
         alpha = np.atleast_1d(np.asarray(orders, dtype=float))
     except (TypeError, ValueError):
-        raise ValueError(f"orders must be numbers > 1, got {orders!r}") from None
+        raise ParameterError(f"orders must be numbers > 1, got {orders!r}") from None
     if alpha.ndim != 1 or alpha.size == 0:
-        raise ValueError("orders must be a non-empty sequence of numbers > 1")
+        raise ParameterError("orders must be a non-empty sequence of numbers > 1")
     bad = ~np.isfinite(alpha) | (alpha <= 1.0)
     if bad.any():
-        raise ValueError(f"orders must be finite numbers > 1, got {float(alpha[bad][0])!r}")
+        raise ParameterError(f"orders must be finite numbers > 1, got {float(alpha[bad][0])!r}")
     return alpha
 
 
@@ -238,9 +239,9 @@ def lmo_rdp_as_published(
       positive value is kept, including finite values at orders past a pole.
     """
     if formula not in FORMULAS:
-        raise ValueError(f"formula must be one of {', '.join(FORMULAS)}, got {formula!r}")
+        raise ParameterError(f"formula must be one of {', '.join(FORMULAS)}, got {formula!r}")
     if zero_uniform not in ZERO_UNIFORM:
-        raise ValueError(f"zero_uniform must be one of {', '.join(ZERO_UNIFORM)}, got {zero_uniform!r}")
+        raise ParameterError(f"zero_uniform must be one of {', '.join(ZERO_UNIFORM)}, got {zero_uniform!r}")
     alpha = _orders(orders)
     p = published_parameters(mechanism_or_params, **params)
     raw = _raw(p, alpha, zero_uniform)
@@ -274,9 +275,9 @@ def lmo_epsilon_as_published(
     """
     delta = _number("delta", delta)
     if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+        raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
-        raise ValueError(f"steps must be an integer >= 1, got {steps!r}")
+        raise ParameterError(f"steps must be an integer >= 1, got {steps!r}")
     alpha = _orders(orders)
     p = published_parameters(mechanism_or_params, **params)
     rdp = lmo_rdp_as_published(p, alpha, "public_code_loop", zero_uniform=zero_uniform) * steps
