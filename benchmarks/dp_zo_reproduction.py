@@ -35,7 +35,8 @@ import numba
 import numpy as np
 
 from dpforge.accounting import calibrate_laplace_scale, epsilon
-from dpforge.accounting.montecarlo import engine as montecarlo
+from dpforge.accounting.montecarlo.directions import _directions
+from dpforge.accounting.montecarlo.runner import _chunking, _run_chunk
 from dpforge.accounting.pure import pure_epsilon
 from dpforge.mechanisms.base import Gaussian, Laplace, PureDP
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
@@ -100,20 +101,20 @@ def throughput(seconds: float = 5.0) -> dict:
     """Privacy-loss draws per second of the main kernel (subsampled Gaussian, remove
     direction, tilted as in W1), after a warm-up, on numba's default thread count."""
     description = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)])
-    direction = montecarlo._directions(description, True)[0]
+    direction = _directions(description, True)[0]
     batch = direction.batch(6.0, np.linspace(1.5, 2.2, 300))
-    chunk, block = montecarlo._chunking(direction.draws)
+    chunk, block = _chunking(direction.draws)
     words = np.array([1, 2, 3, 4], dtype=np.uint64)
-    montecarlo._run_chunk(batch, words, 256, block)  # compile / load
+    _run_chunk(batch, words, 256, block)  # compile / load
     draws, start = 0, time.perf_counter()
     while time.perf_counter() - start < seconds:
-        montecarlo._run_chunk(batch, words, chunk, block)
+        _run_chunk(batch, words, chunk, block)
         draws += chunk * direction.draws
     elapsed = time.perf_counter() - start
     plain = direction.batch(0.0, np.linspace(1.5, 2.2, 300))
     plain_draws, plain_start = 0, time.perf_counter()
     while time.perf_counter() - plain_start < seconds:
-        montecarlo._run_chunk(plain, words, chunk, block)
+        _run_chunk(plain, words, chunk, block)
         plain_draws += chunk * direction.draws
     plain_elapsed = time.perf_counter() - plain_start
     # one thread (less sensitive to other jobs on a shared machine)
@@ -122,7 +123,7 @@ def throughput(seconds: float = 5.0) -> dict:
     try:
         single_draws, single_start = 0, time.perf_counter()
         while time.perf_counter() - single_start < seconds:
-            montecarlo._run_chunk(batch, words, chunk, block)
+            _run_chunk(batch, words, chunk, block)
             single_draws += chunk * direction.draws
         single_elapsed = time.perf_counter() - single_start
     finally:

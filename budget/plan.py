@@ -58,7 +58,9 @@ from dpforge.mechanisms.lmo import LMO
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 
 __all__ = [
+    "NOISE_KINDS",
     "NOISE_PARAMETERS",
+    "PHASE_PARAMETERS",
     "Phase",
     "Plan",
     "PlanError",
@@ -68,10 +70,12 @@ __all__ = [
     "write_plan",
 ]
 
-#: The noise families with one noise parameter, and its name.
-NOISE_PARAMETERS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale", "pure": "epsilon"}
+#: The noise families of the command line's mechanism flags, and each one's parameter.
+NOISE_PARAMETERS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale"}
+#: The phase kinds with one parameter, and its name (a pure-DP phase states its epsilon).
+PHASE_PARAMETERS: dict[str, str] = {**NOISE_PARAMETERS, "pure": "epsilon"}
 #: Every noise family a phase may use ("lmo" has a shape of several fields, no single parameter).
-NOISE_KINDS: tuple[str, ...] = (*NOISE_PARAMETERS, "lmo")
+NOISE_KINDS: tuple[str, ...] = (*PHASE_PARAMETERS, "lmo")
 #: The LMO fields a phase may carry (besides sensitivity).
 _LMO_FIELDS = tuple(name for name in LMO.__dataclass_fields__ if name != "sensitivity")
 
@@ -209,7 +213,7 @@ class Phase:
         elif noise == "pure":
             object.__setattr__(self, "parameter", _non_negative("epsilon", self.parameter))
         else:
-            object.__setattr__(self, "parameter", _positive(NOISE_PARAMETERS[noise], self.parameter))
+            object.__setattr__(self, "parameter", _positive(PHASE_PARAMETERS[noise], self.parameter))
         object.__setattr__(self, "sampling_rate", _sampling_rate("sampling_rate", self.sampling_rate))
         object.__setattr__(self, "steps", _steps("steps", self.steps))
         object.__setattr__(self, "sensitivity", _positive("sensitivity", self.sensitivity))
@@ -231,13 +235,13 @@ class Phase:
         if noise == "lmo":
             sensitivity = data.pop("sensitivity")
             return cls("lmo", None, sampling_rate, steps, sensitivity, name, tuple(data.items()))
-        parameter = data.pop(NOISE_PARAMETERS[noise])
+        parameter = data.pop(PHASE_PARAMETERS[noise])
         return cls(noise, parameter, sampling_rate, steps, data.get("sensitivity", 1.0), name)
 
     @property
     def parameter_name(self) -> str | None:
         """``"noise_multiplier"`` (gaussian), ``"scale"`` (laplace), ``"epsilon"`` (pure), None (lmo)."""
-        return NOISE_PARAMETERS.get(self.noise)
+        return PHASE_PARAMETERS.get(self.noise)
 
     def mechanism(self) -> Mechanism:
         """The single-step mechanism (without subsampling), read through the one serialisation."""
@@ -246,7 +250,7 @@ class Phase:
         elif self.noise == "pure":
             data = {"noise": "pure", "epsilon": self.parameter}
         else:
-            data = {"noise": self.noise, NOISE_PARAMETERS[self.noise]: self.parameter, "sensitivity": self.sensitivity}
+            data = {"noise": self.noise, PHASE_PARAMETERS[self.noise]: self.parameter, "sensitivity": self.sensitivity}
         try:
             return mechanism_from_dict(data, kind_key="noise")
         except InputFileError as error:
@@ -323,9 +327,9 @@ def _parse_phase(index: int, table: Any) -> Phase:
         raise PlanError(where, f"must be a table ([[phases]]), got {_show(table)}")
     kinds = ", ".join(f'"{noise}"' for noise in NOISE_KINDS)
     noise = _noise(f"{where}.noise", _required(where, table, "noise", f" (one of {kinds})"))
-    parameter_name = NOISE_PARAMETERS.get(noise)
+    parameter_name = PHASE_PARAMETERS.get(noise)
     own = _LMO_FIELDS if noise == "lmo" else (parameter_name,)
-    for other_noise, other_parameter in NOISE_PARAMETERS.items():
+    for other_noise, other_parameter in PHASE_PARAMETERS.items():
         if other_noise != noise and other_parameter in table and other_parameter not in own:
             takes = f"takes {parameter_name!r}" if parameter_name else "takes the LMO fields"
             raise PlanError(

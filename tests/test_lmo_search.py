@@ -21,8 +21,11 @@ from dpforge.cli import lmo as cli_lmo
 from dpforge.mechanisms import LMO, Composed, PoissonSampled
 from dpforge.design.search import LMOSearchResult, lmo_search
 
-# the module itself (``dpforge.design.search`` may be re-exported as the function)
+# the modules themselves (``dpforge.design.search`` may be re-exported as the function)
 search_module = importlib.import_module("dpforge.design.search")
+space_module = importlib.import_module("dpforge.design.space")
+scale_module = importlib.import_module("dpforge.design.scale")
+stages_module = importlib.import_module("dpforge.design.stages")
 
 TARGET, DELTA, Q, T = 1.0, 1e-5, 0.05, 100
 
@@ -35,10 +38,10 @@ def _strict_json(text: str):
 
 
 def _small_budget(mp: pytest.MonkeyPatch) -> None:
-    mp.setattr(search_module, "_POINTS_PER_DIMENSION", 2)
-    mp.setattr(search_module, "_POLISH_STARTS", 2)
-    mp.setattr(search_module, "_POLISH_EVALUATIONS_PER_DIMENSION", 4)
-    mp.setattr(search_module, "_POLISH_EVALUATIONS_MIN", 3)
+    mp.setattr(stages_module, "_POINTS_PER_DIMENSION", 2)
+    mp.setattr(stages_module, "_POLISH_STARTS", 2)
+    mp.setattr(stages_module, "_POLISH_EVALUATIONS_PER_DIMENSION", 4)
+    mp.setattr(stages_module, "_POLISH_EVALUATIONS_MIN", 3)
 
 
 @pytest.fixture
@@ -108,9 +111,9 @@ def test_same_seed_same_result_across_executors(small_budget):
 
 
 def test_seed_changes_the_global_stage():
-    patterns = search_module._patterns(("gamma", "uniform"))
-    assert search_module._global_points(patterns, 0) == search_module._global_points(patterns, 0)
-    assert search_module._global_points(patterns, 0) != search_module._global_points(patterns, 1)
+    patterns = space_module._patterns(("gamma", "uniform"))
+    assert stages_module._global_points(patterns, 0) == stages_module._global_points(patterns, 0)
+    assert stages_module._global_points(patterns, 0) != stages_module._global_points(patterns, 1)
 
 
 # --------------------------------------------------------------------------- the space
@@ -142,22 +145,22 @@ def test_exponential_only_for_callable_objectives(small_budget):
 
 def test_every_shape_in_the_box_is_a_valid_lmo():
     rng = np.random.default_rng(0)
-    for pattern in search_module._patterns(search_module.COMPONENTS):
-        d = len(search_module._coordinates(pattern))
+    for pattern in space_module._patterns(space_module.COMPONENTS):
+        d = len(space_module._coordinates(pattern))
         for u in [np.zeros(d), np.ones(d), *rng.random((20, d))]:
-            mechanism = search_module._decode(pattern, tuple(u), 0.5, 2.0)
+            mechanism = space_module._decode(pattern, tuple(u), 0.5, 2.0)
             assert mechanism.sensitivity == 2.0
-            assert [w > 0 for w in mechanism.weights] == [c in pattern for c in search_module.COMPONENTS]
+            assert [w > 0 for w in mechanism.weights] == [c in pattern for c in space_module.COMPONENTS]
 
 
 def test_variance_pruning_and_objective_names():
     workload = dataclasses.replace(_workload_for_tests(), objective="variance")
-    pruned = search_module._calibrate_shape(("gamma", "exponential"), (0.5, 0.5, 0.5), workload)
+    pruned = scale_module._calibrate_shape(("gamma", "exponential"), (0.5, 0.5, 0.5), workload)
     assert pruned.status == "pruned" and pruned.evaluations == 0
 
 
 def _workload_for_tests():
-    return search_module._Workload(TARGET, DELTA, Q, T, 1.0, 0.5, "variance", 2.05, None)
+    return scale_module._Workload(TARGET, DELTA, Q, T, 1.0, 0.5, "variance", 2.05, None)
 
 
 def test_abs_objective(small_budget):
@@ -167,9 +170,10 @@ def test_abs_objective(small_budget):
 
 
 def test_unreachable_target_names_best_epsilon(small_budget, monkeypatch):
-    monkeypatch.setattr(search_module, "_SCALE_LIMITS", (1e-4, 0.05))  # far too little noise allowed
-    with pytest.raises(ValueError, match=r"no LMO shape .* reaches target_epsilon=1 .*best certified epsilon found: \d"):
+    monkeypatch.setattr(space_module, "_SCALE_LIMITS", (1e-4, 0.05))  # far too little noise allowed
+    with pytest.raises(ValueError, match=r"no LMO shape .* reaches target_epsilon=1 .*best certified epsilon found: \d") as error:
         lmo_search(TARGET, DELTA, Q, T, components=("gamma",), executor="serial")
+    assert type(error.value).__name__ == "CalibrationError" and error.value.epsilon > TARGET
 
 
 def test_progress_callback_and_quiet_stderr(small_budget, capsys):
@@ -182,7 +186,7 @@ def test_progress_callback_and_quiet_stderr(small_budget, capsys):
 
 
 def test_time_limit_stops_early(small_budget, monkeypatch):
-    monkeypatch.setattr(search_module, "_BATCH", 1)
+    monkeypatch.setattr(stages_module, "_BATCH", 1)
     found = lmo_search(TARGET, DELTA, Q, T, components=("gamma", "uniform"), executor="serial", time_limit=0.01)
     assert found.stopped_early
     assert found.epsilon <= TARGET
@@ -247,6 +251,36 @@ def test_from_dict_rejects_bad_results(result):
         LMOSearchResult.from_dict({**data, "std": [1]})
     with pytest.raises(ValueError, match="'mechanism'"):
         LMOSearchResult.from_dict({**data, "mechanism": {"weights": [0.5, 0.5]}})
+
+
+def test_result_errors_are_typed_and_old_files_load(result):
+    from dpforge.errors import InputFileError
+
+    data = result.to_dict()
+    with pytest.raises(InputFileError, match="'mechanism'"):
+        LMOSearchResult.from_dict({**data, "mechanism": {**data["mechanism"], "mechanism": "gaussian"}})
+    with pytest.raises(InputFileError, match="must be a JSON object"):
+        LMOSearchResult.from_dict([1])
+    # the first release wrote the mechanism with LMO.to_dict's fixed field list
+    m = result.mechanism
+    old = {**data, "mechanism": {
+        "mechanism": "lmo", "weights": list(m.weights), "gamma_shape": m.gamma_shape, "gamma_scale": m.gamma_scale,
+        "exponential_rate": m.exponential_rate, "uniform_low": m.uniform_low, "uniform_high": m.uniform_high,
+        "sensitivity": m.sensitivity, "dimension": m.dimension, "norm": m.norm}}
+    assert LMOSearchResult.from_dict(json.loads(json.dumps(old))) == result
+
+
+def test_bad_input_is_a_parameter_error_and_worker_pool_is_public():
+    from dpforge.errors import ParameterError
+
+    with pytest.raises(ParameterError, match="components"):
+        lmo_search(TARGET, DELTA, Q, T, components=("cauchy",))
+    assert search_module._spawn_pool is search_module.worker_pool
+    pool = search_module.worker_pool(1)  # no task submitted: no process started
+    try:
+        assert isinstance(pool, concurrent.futures.ProcessPoolExecutor)
+    finally:
+        pool.shutdown()
 
 
 @pytest.mark.parametrize(

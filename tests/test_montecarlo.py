@@ -14,10 +14,14 @@ import numpy as np
 import pytest
 from scipy import integrate, stats
 
+import dpforge.accounting.montecarlo as mc
 from dpforge.accounting import delta, epsilon
-from dpforge.accounting.montecarlo import engine as mc
 from dpforge.accounting.montecarlo import kernels
+from dpforge.accounting.montecarlo.directions import _directions
+from dpforge.accounting.montecarlo.registry import _PAIR_DRAWS
+from dpforge.accounting.montecarlo.runner import _chunking, _progress_bar, _run_chunk
 from dpforge.accounting.results import MonteCarloDeltaResult, MonteCarloEpsilonResult
+from dpforge.errors import LimitError, ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Composed, PoissonSampled, flatten
 from dpforge.mechanisms.pairs import LaplacePair, MonotonePair
@@ -41,9 +45,9 @@ def test_ziggurat_normals_are_standard_normal():
 
 def _one_step(description, direction: str, lam: float, n: int = 200_000):
     """One-step losses drawn by the kernel at tilt ``lam`` and the direction object."""
-    directions = {d.name: d for d in mc._directions(description, True)}
+    directions = {d.name: d for d in _directions(description, True)}
     d = directions[direction]
-    losses = mc._run_chunk(d.batch(lam, None), WORDS, n, 256)
+    losses = _run_chunk(d.batch(lam, None), WORDS, n, 256)
     return d, losses
 
 
@@ -122,11 +126,11 @@ def test_composed_moment_bound_dominates_the_truth():
     """The moment (Chernoff) epsilon is an upper bound: never below the PRV lower bound."""
     description = Composed([(PoissonSampled(Gaussian(1.0), 0.02), 200)])
     prv = epsilon(description, 1e-5)
-    for d in mc._directions(description, True):
+    for d in _directions(description, True):
         eps_c, lam = d.chernoff_epsilon(1e-5)
         assert lam > 0
         assert eps_c >= prv.lower - 1e-9 or d.name == "add"
-    assert max(d.chernoff_epsilon(1e-5)[0] for d in mc._directions(description, True)) >= prv.lower
+    assert max(d.chernoff_epsilon(1e-5)[0] for d in _directions(description, True)) >= prv.lower
 
 
 # --------------------------------------------------------------------------- against the PRV engine
@@ -215,8 +219,8 @@ def test_random_seed_is_recorded():
 
 
 def test_chunking_does_not_depend_on_the_sample_count():
-    assert mc._chunking(1000) == mc._chunking(1000)
-    chunk, block = mc._chunking(1000)
+    assert _chunking(1000) == _chunking(1000)
+    chunk, block = _chunking(1000)
     assert chunk * 1000 <= 2**24 + 1000 and chunk // block <= 1024
 
 
@@ -235,15 +239,19 @@ def test_result_is_labelled_as_high_probability():
 
 
 def test_progress_bar_only_on_request_or_terminal(capsys):
-    progress = mc._Progress(True, 10)
-    progress.start -= 10.0
-    progress.advance(5, "main (remove)")
+    progress = _progress_bar(10, True)
+    assert progress.bar is not None
+    progress.bar.start_t -= 10.0  # as if the run had passed the bar's 2 s delay
+    progress.bar.last_print_t -= 10.0
+    progress.update(5, stage="main (remove)")
     progress.close()
     assert "dpforge montecarlo" in capsys.readouterr().err
-    quiet = mc._Progress(None, 10)  # pytest's stderr is not a terminal
-    quiet.start -= 10.0
-    quiet.advance(5, "x")
+    quiet = _progress_bar(10, None)  # pytest's stderr is not a terminal
+    assert quiet.bar is None
+    quiet.update(5, stage="x")
     quiet.close()
+    assert capsys.readouterr().err == ""
+    epsilon(SMALL, 1e-5, engine="montecarlo", samples=3_000, seed=1, progress=False)
     assert capsys.readouterr().err == ""
 
 
@@ -298,7 +306,7 @@ def _draw_wrapped(pair, under, size, rng):
 def wrapped_registered():
     mc.register_pair_sampler(_WrappedLaplacePair, _draw_wrapped)
     yield
-    mc._PAIR_DRAWS.pop(_WrappedLaplacePair, None)
+    _PAIR_DRAWS.pop(_WrappedLaplacePair, None)
 
 
 def test_unregistered_pair_is_a_clear_error():
@@ -320,7 +328,7 @@ def test_unregistered_pair_is_a_clear_error():
 def test_plugged_in_bounded_pair_tilts_by_rejection(wrapped_registered, description, direction, lam):
     """Generic rejection samplers draw the tilted law exactly; the quadrature moments match
     the Laplace closed forms."""
-    d = {x.name: x for x in mc._directions(description, True)}[direction]
+    d = {x.name: x for x in _directions(description, True)}[direction]
     sampler = d.samplers[0]
     assert isinstance(sampler, mc.NumpyStepSampler) and sampler.tilt != "none"
     component = flatten(description)[0]
@@ -389,6 +397,19 @@ def test_delta_too_small_for_the_samples_says_how_many_are_needed():
         epsilon(SMALL, 1e-6, engine="montecarlo", samples=10)
     with pytest.raises(ValueError, match="delta must be in"):
         epsilon(SMALL, 0.0, engine="montecarlo")
+
+
+def test_errors_are_typed():
+    """Bad values are ParameterError, out-of-reach deltas LimitError, pairs without a
+    sampler UnsupportedError (all ValueError subclasses)."""
+    with pytest.raises(ParameterError):
+        epsilon(SMALL, 1e-5, engine="montecarlo", samples=0)
+    with pytest.raises(ParameterError):
+        delta(SMALL, 1.0, engine="montecarlo", relative_accurcy=3)
+    with pytest.raises(LimitError):
+        epsilon(SMALL, 1e-6, engine="montecarlo", samples=1000, importance_sampling=False)
+    with pytest.raises(UnsupportedError):
+        epsilon(Composed([(PoissonSampled(_WrappedLaplace(1.0), 0.2), 10)]), 1e-2, engine="montecarlo", samples=1000, seed=1)
 
 
 # --------------------------------------------------------------------------- heavier checks

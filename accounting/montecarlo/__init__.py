@@ -4,22 +4,24 @@ exponential tilting for small delta and an empirical-Bernstein certificate.
 
 Every result is labelled ``bound="high-probability"``: it holds with probability at least
 ``confidence`` over the sampling, never deterministically.
+
+Modules, one job each: :mod:`.engine` (options, ``epsilon``, ``delta``, the accuracy
+record), :mod:`.tilting` (exponential-tilting maths), :mod:`.samplers` (the step-sampler
+interface and the exact built-in samplers), :mod:`.generic` (draw-only plugged-in
+pairs), :mod:`.registry` (which sampler a component gets), :mod:`.directions` (the
+composed loss in one direction), :mod:`.runner` (seeded chunks on an executor),
+:mod:`.bounds` (empirical-Bernstein bounds and the pilot) and :mod:`.kernels` (numba).
 """
 
-from dpforge.accounting.montecarlo.engine import (
-    DEFAULT_CONFIDENCE,
-    DEFAULT_SAMPLES,
+from dpforge.accounting.montecarlo.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, delta, epsilon
+from dpforge.accounting.montecarlo.generic import NumpyStepSampler
+from dpforge.accounting.montecarlo.registry import register_pair_sampler, register_step_sampler, step_sampler
+from dpforge.accounting.montecarlo.samplers import (
     GaussianStepSampler,
     LaplaceStepSampler,
-    NumpyStepSampler,
     RandomizedResponseStepSampler,
     StepSampler,
     StepTable,
-    delta,
-    epsilon,
-    register_pair_sampler,
-    register_step_sampler,
-    step_sampler,
 )
 
 __all__ = [

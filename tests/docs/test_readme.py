@@ -11,7 +11,7 @@ import pytest
 
 from dpforge.cli.main import main
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"```(\w+)\n(.*?)```", README, flags=re.DOTALL)
 PYTHON_BLOCKS = [body for language, body in BLOCKS if language == "python"]

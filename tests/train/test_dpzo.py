@@ -17,15 +17,6 @@ from dpforge.train.bitfit import freeze_all_but_bias  # noqa: E402
 from dpforge.train.dpzo import DPZero, ZOStep, clipped_difference_sum, replay  # noqa: E402
 
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Two shared cores: keep torch to one intra-op thread, and restore it afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 LMO_SCALAR = LMO(weights=(0.6, 0.0, 0.4), gamma_shape=4.0, gamma_scale=0.5, uniform_low=0.5, uniform_high=1.5)
 
 

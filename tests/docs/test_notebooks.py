@@ -15,7 +15,7 @@ import pytest
 nbformat = pytest.importorskip("nbformat")
 nbclient = pytest.importorskip("nbclient")
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 EXPECTED = [
     "01_calibrate_dp_sgd.ipynb",
     "02_lmo_mechanisms.ipynb",

@@ -16,15 +16,6 @@ from dpforge.train.distributed import noisy_all_reduce_  # noqa: E402
 from dpforge.train.noise import sample_noise  # noqa: E402
 
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Two shared cores: keep torch to one intra-op thread, and restore it afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 # The workers live in a script (spawned processes must import their target by name,
 # which a test module collected by pytest's importlib mode cannot offer).
 WORKER = textwrap.dedent(

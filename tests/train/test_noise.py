@@ -12,15 +12,6 @@ from dpforge.mechanisms import LMO, Gaussian, Laplace, PureDP  # noqa: E402
 from dpforge.train.noise import add_noise_, noise_std, sample_noise  # noqa: E402
 
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Two shared cores: keep torch to one intra-op thread, and restore it afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
 LMO_FULL = LMO(
     weights=(0.5, 0.3, 0.2),
     gamma_shape=3.0,

@@ -23,16 +23,6 @@ from dpforge.train.dpsgd import (  # noqa: E402
 )
 
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Two shared cores: keep torch to one intra-op thread, and restore it afterwards."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _model(seed: int = 0) -> torch.nn.Module:
     torch.manual_seed(seed)
     return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3))

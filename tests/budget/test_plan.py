@@ -12,7 +12,7 @@ from dpforge.budget.plan import Phase, Plan, PlanError, load_plan, parse_plan, p
 from dpforge.budget.verify import verify_plan
 from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "plans"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
 
 SMALL_PLAN = """
 delta = 1e-5
