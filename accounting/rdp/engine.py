@@ -35,40 +35,29 @@ def _accuracy(curve: RdpCurve, optimal_order: float) -> dict:
     }
 
 
+def _curve(description: Description, orders: object, lmo_bound: str, options: dict) -> RdpCurve:
+    """The composed RDP curve after the option checks shared by both queries."""
+    _reject_options(options)
+    _require_lmo_bound(lmo_bound)
+    return rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
+
+
 def epsilon(
     description: Description, delta: float, *, orders: object = None, lmo_bound: str = "exact", **options
 ) -> EpsilonResult:
     """RDP-engine ε(δ): ``upper`` is the certified CKS conversion of the composed RDP
     curve, ``lower`` is 0 (RDP gives no lower bound), ``estimate`` = ``upper``."""
-    _reject_options(options)
-    _require_lmo_bound(lmo_bound)
     delta = require_probability_open("delta", delta)
-    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
+    curve = _curve(description, orders, lmo_bound, options)
     value, order = epsilon_from_rdp(curve.orders, curve.values, delta)
-    return EpsilonResult(
-        lower=0.0,
-        upper=value,
-        estimate=value,
-        delta=delta,
-        engine="rdp",
-        accuracy=_accuracy(curve, order),
-    )
+    return EpsilonResult(lower=0.0, upper=value, estimate=value, delta=delta, engine="rdp", accuracy=_accuracy(curve, order))
 
 
 def delta(
     description: Description, epsilon: float, *, orders: object = None, lmo_bound: str = "exact", **options
 ) -> DeltaResult:
     """RDP-engine δ(ε): ``upper`` is the certified CKS conversion, ``lower`` is 0."""
-    _reject_options(options)
-    _require_lmo_bound(lmo_bound)
     epsilon = require_non_negative("epsilon", epsilon)
-    curve = rdp_curve(description, DEFAULT_ORDERS if orders is None else orders, lmo_bound)
+    curve = _curve(description, orders, lmo_bound, options)
     value, order = delta_from_rdp(curve.orders, curve.values, epsilon)
-    return DeltaResult(
-        lower=0.0,
-        upper=value,
-        estimate=value,
-        epsilon=epsilon,
-        engine="rdp",
-        accuracy=_accuracy(curve, order),
-    )
+    return DeltaResult(lower=0.0, upper=value, estimate=value, epsilon=epsilon, engine="rdp", accuracy=_accuracy(curve, order))

@@ -60,6 +60,7 @@ from typing import NamedTuple
 import numpy as np
 
 from dpforge.errors import ParameterError
+from dpforge.accounting.rdp.formulas import require_orders
 from dpforge.mechanisms.lmo import LMO
 
 __all__ = [
@@ -173,19 +174,6 @@ def published_parameters(mechanism_or_params: object = None, **params: float) ->
     return PublishedParameters(**values)
 
 
-def _orders(orders: object) -> np.ndarray:
-    try:
-        alpha = np.atleast_1d(np.asarray(orders, dtype=float))
-    except (TypeError, ValueError):
-        raise ParameterError(f"orders must be numbers > 1, got {orders!r}") from None
-    if alpha.ndim != 1 or alpha.size == 0:
-        raise ParameterError("orders must be a non-empty sequence of numbers > 1")
-    bad = ~np.isfinite(alpha) | (alpha <= 1.0)
-    if bad.any():
-        raise ParameterError(f"orders must be finite numbers > 1, got {float(alpha[bad][0])!r}")
-    return alpha
-
-
 def _mgf(p: PublishedParameters, t: np.ndarray, zero_uniform: str) -> np.ndarray:
     """M(t) of the public code, evaluated literally in float64 (no pole handling)."""
     gamma = np.power(1.0 - p.a1 * t * p.theta, -p.k)
@@ -242,7 +230,7 @@ def lmo_rdp_as_published(
         raise ParameterError(f"formula must be one of {', '.join(FORMULAS)}, got {formula!r}")
     if zero_uniform not in ZERO_UNIFORM:
         raise ParameterError(f"zero_uniform must be one of {', '.join(ZERO_UNIFORM)}, got {zero_uniform!r}")
-    alpha = _orders(orders)
+    alpha = require_orders(orders)
     p = published_parameters(mechanism_or_params, **params)
     raw = _raw(p, alpha, zero_uniform)
     if formula == "public_code":
@@ -278,7 +266,7 @@ def lmo_epsilon_as_published(
         raise ParameterError(f"delta must be in (0, 1), got {delta!r}")
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise ParameterError(f"steps must be an integer >= 1, got {steps!r}")
-    alpha = _orders(orders)
+    alpha = require_orders(orders)
     p = published_parameters(mechanism_or_params, **params)
     rdp = lmo_rdp_as_published(p, alpha, "public_code_loop", zero_uniform=zero_uniform) * steps
     if not _public_pole_check(p, alpha):

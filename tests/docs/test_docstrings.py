@@ -1,5 +1,5 @@
-"""Every public function, class and method of ``dpforge.accounting``,
-``dpforge.mechanisms`` and ``dpforge.plots`` carries a docstring.
+"""Every public function, class and method of every package below the command line
+(foundation, mechanisms, accounting, design, budget, train, plots) carries a docstring.
 
 "Public" means a name not starting with ``_`` that is defined in the module itself
 (``obj.__module__ == module.__name__``), not imported from elsewhere.  For classes
@@ -25,18 +25,20 @@ import pkgutil
 import pytest
 
 import dpforge.accounting
+import dpforge.budget
+import dpforge.design
 import dpforge.mechanisms
+import dpforge.train
 
-_PACKAGES = (dpforge.accounting, dpforge.mechanisms)
+_PACKAGES = (dpforge.accounting, dpforge.mechanisms, dpforge.design, dpforge.budget, dpforge.train)
 
 
 def _needs_torch(module_name: str) -> bool:
-    leaf = module_name.rsplit(".", 1)[-1]
-    return leaf.startswith("torch_") or leaf.startswith("opacus_accountant")
+    return module_name.startswith("dpforge.train.") and module_name != "dpforge.train.opacus"
 
 
 def _module_names() -> list[str]:
-    names = ["dpforge.plots"]
+    names = ["dpforge.plots", "dpforge.errors", "dpforge.validation", "dpforge.parallel"]
     for package in _PACKAGES:
         names.append(package.__name__)
         for info in pkgutil.walk_packages(package.__path__, prefix=package.__name__ + "."):
