@@ -283,6 +283,16 @@ def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:
     return optimize.brentq(excess, 1e-6, high, xtol=1e-10)
 
 
+def _workload(sampling_rate: float, steps: int, target_epsilon: float, delta: float) -> tuple[float, int, float, float]:
+    """The question of a DP-SGD-style calibration, checked: (q, T, target, delta)."""
+    return (
+        require_sampling_rate("sampling_rate", sampling_rate),
+        require_count("steps", steps),
+        require_positive("target_epsilon", target_epsilon),
+        require_probability_open("delta", delta),
+    )
+
+
 def _run(mechanism, sampling_rate: float, steps: int) -> Composed:
     """``steps`` releases of ``mechanism``, Poisson-subsampled when ``sampling_rate < 1``."""
     step = PoissonSampled(mechanism, sampling_rate) if sampling_rate < 1.0 else mechanism
@@ -306,10 +316,7 @@ def calibrate_noise_multiplier(
     (Bu et al. 2020), which is close but not certified, and finishes on certified upper
     bounds of ``engine``.
     """
-    sampling_rate = require_sampling_rate("sampling_rate", sampling_rate)
-    steps = require_count("steps", steps)
-    target_epsilon = require_positive("target_epsilon", target_epsilon)
-    delta = require_probability_open("delta", delta)
+    sampling_rate, steps, target_epsilon, delta = _workload(sampling_rate, steps, target_epsilon, delta)
     mu = _gaussian_dp_mu(target_epsilon, delta)
     if sampling_rate >= 1.0:
         start = math.sqrt(steps) / mu
@@ -345,10 +352,7 @@ def calibrate_laplace_scale(
     Starts at 0.8x the pure-DP answer T log(1 + q(e^{s/b} - 1)) = target (amplification by
     subsampling, Balle, Barthe, Gaboardi 2018), which is always enough noise.
     """
-    sampling_rate = require_sampling_rate("sampling_rate", sampling_rate)
-    steps = require_count("steps", steps)
-    target_epsilon = require_positive("target_epsilon", target_epsilon)
-    delta = require_probability_open("delta", delta)
+    sampling_rate, steps, target_epsilon, delta = _workload(sampling_rate, steps, target_epsilon, delta)
     sensitivity = require_positive("sensitivity", sensitivity)
     per_step = target_epsilon / steps
     ratio = math.log1p(math.expm1(per_step) / sampling_rate)  # s/b giving that per-step epsilon
