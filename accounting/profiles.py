@@ -27,7 +27,10 @@ def delta_profile(
     for a point whose bracket is still wider than ``relative_accuracy`` (deltas below
     1e-14 excepted), so a whole curve usually costs one to three ``delta`` calls.
     """
-    grid = np.asarray(epsilons, dtype=float)
+    try:
+        grid = np.asarray(epsilons, dtype=float)
+    except (TypeError, ValueError):
+        raise ParameterError(f"epsilons must be a non-empty sequence of finite numbers >= 0, got {epsilons!r}") from None
     if grid.ndim != 1 or grid.size == 0 or not np.all(np.isfinite(grid)) or np.any(grid < 0):
         raise ParameterError("epsilons must be a non-empty sequence of finite numbers >= 0")
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
