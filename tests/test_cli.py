@@ -196,6 +196,9 @@ def test_errors_through_the_module_are_one_line_without_traceback(tmp_path):
         (["verify", not_toml], ["broken.toml", "not valid TOML"]),
         (["epsilon", "--noise-multiplier", "nan", "--delta", "1e-5"], ["--noise-multiplier", "finite"]),
         (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1.5", "--delta", "1e-5"], ["--sampling-rate must be in (0, 1], got 1.5"]),
+        # a command module's error is the same class under ``python -m dpforge.cli.main``
+        (["plot", "rdp", "--out", str(tmp_path / "x.png")], ["--noise-multiplier is required"]),
+        (["lmo", "search", "--delta", "1e-5"], ["--target-epsilon is required"]),
     ]
     for argv, fragments in cases:
         result = run_module(*argv)
@@ -311,3 +314,52 @@ def test_help_exits_0(capsys):
     assert "verify" in capsys.readouterr().out
     assert main(["verify", "--help"]) == 0
     capsys.readouterr()
+
+
+def test_help_imports_no_engine_plot_or_search():
+    code = (
+        "import sys\n"
+        "from dpforge.cli.main import build_parser\n"
+        "build_parser().format_help()\n"
+        "print(sorted(m for m in ('scipy', 'numba', 'matplotlib', 'dpforge.accounting', 'dpforge.design') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
+def test_engine_choices_are_the_registry(capsys):
+    from dpforge.accounting.api import engine_names
+
+    message = run_error(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "magic")
+    assert "invalid choice: 'magic'" in message
+    for name in engine_names():
+        assert repr(name) in message
+
+
+def test_errors_are_decided_by_type_not_text(capsys, monkeypatch):
+    import dpforge.accounting
+    from dpforge.cli.flags import CliError
+    from dpforge.errors import CalibrationError, DpforgeError, InputFileError
+
+    assert issubclass(CliError, DpforgeError)
+    argv = ["calibrate", "--target-epsilon", "1", "--delta", "1e-5"]
+
+    def raising(error):
+        def calibrate(*args, **kwargs):
+            raise error
+        return calibrate
+
+    # a CalibrationError is reported as it is, whatever its text
+    monkeypatch.setattr(dpforge.accounting, "calibrate_noise_multiplier", raising(CalibrationError("no sigma in [1, 2]")))
+    assert run_error(capsys, *argv) == "dpforge: error: no sigma in [1, 2]"
+    # any other error of the library is named as a failed calibration
+    monkeypatch.setattr(dpforge.accounting, "calibrate_noise_multiplier", raising(OverflowError("math range error")))
+    message = run_error(capsys, *argv)
+    assert message.startswith("dpforge: error: cannot calibrate gaussian noise") and message.endswith("math range error")
+    # every DpforgeError and OSError is one line with exit code 2
+    argv = ["epsilon", *GAUSSIAN, "--delta", "1e-5"]
+    monkeypatch.setattr(dpforge.accounting, "epsilon", raising(InputFileError("a\nb")))
+    assert run_error(capsys, *argv) == "dpforge: error: a b"
+    monkeypatch.setattr(dpforge.accounting, "epsilon", raising(FileNotFoundError(2, "No such file", "x.toml")))
+    assert run_error(capsys, *argv) == "dpforge: error: x.toml: No such file"

@@ -1,0 +1,411 @@
+"""The one flag library of the ``dpforge`` command line.
+
+argparse reads every flag value as text; the functions here check it after parsing, so
+that a bad value is one :class:`CliError` line naming the flag, the allowed range and the
+value as typed (``--delta must be in (0, 1), got 2``).  Nothing is clamped.
+
+* numbers and integers: :func:`number` (with the ranges :data:`POSITIVE`,
+  :data:`NON_NEGATIVE`, :data:`PROBABILITY`, :data:`SAMPLING_RATE`), :func:`integer`,
+  :func:`steps`, :func:`sampling_rate`, :func:`sensitivity`, :func:`delta`,
+  :func:`relative_accuracy`, :func:`existing_folder`;
+* the mechanism a command accounts: :func:`mechanism_description` reads the mechanism
+  flags (``--noise``, ``--noise-multiplier``, ``--scale``, ``--sensitivity``,
+  ``--sampling-rate``, ``--steps``), ``--plan FILE`` or ``--lmo FILE``
+  (:func:`load_lmo_file`);
+* engines: ``--engine`` (its choices are the library's registry, :data:`ENGINE_NAMES`)
+  and the montecarlo options ``--samples``/``--confidence``/``--seed``
+  (:func:`engine_options`, :func:`engines_options`);
+* adding these flags to a parser: :func:`add_mechanism_flags`, :func:`add_sampling_flags`,
+  :func:`add_engine_flags`, :func:`add_common_flags`.
+
+Nothing heavy is imported at module level: plan files, LMO files and the engine registry
+are imported when a check needs them, so building the parser (``dpforge --help``) does
+not load scipy or numba.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dpforge.errors import DpforgeError, InputFileError
+from dpforge.validation import (
+    require_count,
+    require_non_negative,
+    require_positive,
+    require_probability_open,
+    require_sampling_rate,
+)
+
+if TYPE_CHECKING:
+    from dpforge.budget.plan import Phase, Plan
+    from dpforge.mechanisms.combinators import Description
+    from dpforge.mechanisms.lmo import LMO
+
+
+class CliError(DpforgeError):
+    """A user error of the command line (a bad or missing flag): reported as one line on
+    stderr with exit code 2, like every :class:`~dpforge.errors.DpforgeError`."""
+
+
+def flag_name(dest: str) -> str:
+    """The flag of an argparse destination: ``noise_multiplier`` -> ``--noise-multiplier``."""
+    return "--" + dest.replace("_", "-")
+
+
+def _shown(text: str) -> str:
+    """The value as typed, quoted only when it is not a number."""
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return repr(text)
+    return text
+
+
+# --------------------------------------------------------------------------- numbers
+
+#: marks a flag without a default: leaving it out is an error
+_REQUIRED: Any = object()
+
+
+@dataclass(frozen=True)
+class Range:
+    """The allowed range of a number flag: the check of :mod:`dpforge.validation` and how
+    the error messages state it (``allowed`` after "must be", ``noun`` after "is required")."""
+
+    check: Callable[[str, object], float]
+    allowed: str
+    noun: str
+
+
+POSITIVE = Range(require_positive, "a finite number > 0", "a number > 0")
+NON_NEGATIVE = Range(require_non_negative, "a finite number >= 0", "a number >= 0")
+PROBABILITY = Range(require_probability_open, "in (0, 1)", "a number in (0, 1)")
+SAMPLING_RATE = Range(require_sampling_rate, "in (0, 1]", "a number in (0, 1]")
+
+
+def number(flag: str, text: str | None, allowed: Range, *, default: Any = _REQUIRED) -> Any:
+    """``text`` as a float in ``allowed``; ``default`` when the flag was not given (an error
+    when no default is passed).  ``nan`` and ``inf`` parse and are then rejected like any
+    out-of-range value."""
+    if text is None:
+        if default is _REQUIRED:
+            raise CliError(f"{flag} is required ({allowed.noun})")
+        return default
+    try:
+        return allowed.check(flag, float(text))
+    except ValueError:  # not a number (float), or out of range (ParameterError)
+        raise CliError(f"{flag} must be {allowed.allowed}, got {_shown(text)}") from None
+
+
+def integer(flag: str, text: str | None, minimum: int, *, default: Any = _REQUIRED) -> Any:
+    """``text`` as an integer >= ``minimum`` (``1e3`` is accepted, ``2.5`` is not);
+    ``default`` when the flag was not given (an error when no default is passed)."""
+    if text is None:
+        if default is _REQUIRED:
+            raise CliError(f"{flag} is required (an integer >= {minimum})")
+        return default
+    try:
+        value: object = int(text)
+    except ValueError:
+        try:
+            value = float(text)
+        except ValueError:
+            value = text
+    try:
+        return require_count(flag, value, minimum)
+    except ValueError:
+        raise CliError(f"{flag} must be an integer >= {minimum}, got {_shown(text)}") from None
+
+
+def steps(text: str | None) -> int:
+    """``--steps``: an integer >= 1 (default 1)."""
+    return integer("--steps", text, 1, default=1)
+
+
+def sampling_rate(text: str | None) -> float:
+    """``--sampling-rate``: the Poisson sampling rate, in (0, 1] (default 1)."""
+    return number("--sampling-rate", text, SAMPLING_RATE, default=1.0)
+
+
+def sensitivity(text: str | None) -> float:
+    """``--sensitivity``: a finite number > 0 (default 1)."""
+    return number("--sensitivity", text, POSITIVE, default=1.0)
+
+
+def delta(text: str | None) -> float:
+    """``--delta``: in (0, 1), required."""
+    return number("--delta", text, PROBABILITY)
+
+
+def relative_accuracy(text: str | None) -> float:
+    """``--relative-accuracy``: the target (upper - lower)/upper, in (0, 1)."""
+    return number("--relative-accuracy", text, PROBABILITY)
+
+
+def existing_folder(flag: str, path: str | os.PathLike[str]) -> str:
+    """``path`` (as a string) when the folder it would be written to exists."""
+    text = os.fspath(path)
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder):
+        raise CliError(f"{flag}: folder {folder!r} does not exist")
+    return text
+
+
+# --------------------------------------------------------------------------- mechanisms
+
+#: The noise families the mechanism flags describe, and the destination of the flag that
+#: sets each one's parameter.  Pure-DP and LMO steps are accounted from a plan file or
+#: ``--lmo FILE`` (``--epsilon`` is the ``delta`` command's own flag).
+NOISE_FLAGS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale"}
+#: Flags that describe a mechanism; none may be combined with ``--plan``.
+MECHANISM_FLAGS = ("noise", "noise_multiplier", "scale", "sensitivity", "sampling_rate", "steps")
+#: Flags that describe another mechanism than an ``--lmo`` file.
+_NOT_WITH_LMO = ("noise", "noise_multiplier", "scale", "sensitivity", "plan")
+
+
+def phase(args: argparse.Namespace) -> Phase:
+    """One phase (mechanism, sampling rate, steps) from the mechanism flags."""
+    from dpforge.budget.plan import Phase
+
+    noise = args.noise or "gaussian"
+    parameter_dest = NOISE_FLAGS[noise]
+    for other_noise, other_dest in NOISE_FLAGS.items():
+        if other_noise != noise and getattr(args, other_dest, None) is not None:
+            raise CliError(
+                f"{flag_name(other_dest)} applies only to --noise {other_noise}; "
+                f"--noise {noise} takes {flag_name(parameter_dest)}"
+            )
+    flag = flag_name(parameter_dest)
+    text = getattr(args, parameter_dest)
+    if text is None:
+        raise CliError(f"{flag} is required (a number > 0 for --noise {noise})")
+    return Phase(
+        noise=noise,
+        parameter=number(flag, text, POSITIVE),
+        sampling_rate=sampling_rate(args.sampling_rate),
+        steps=steps(args.steps),
+        sensitivity=sensitivity(args.sensitivity),
+    )
+
+
+def load_plan_flag(args: argparse.Namespace) -> Plan:
+    """The plan of ``--plan FILE``; mechanism flags may not be given with it."""
+    from dpforge.budget.plan import load_plan
+
+    given = [flag_name(dest) for dest in MECHANISM_FLAGS if getattr(args, dest, None) is not None]
+    if given:
+        raise CliError(f"--plan cannot be combined with {', '.join(given)} (the plan file describes the mechanism)")
+    return load_plan(args.plan)
+
+
+def mechanism_description(args: argparse.Namespace) -> tuple[Description, dict[str, Any], Plan | None]:
+    """The description a command accounts (from ``--lmo FILE``, ``--plan FILE`` or the
+    mechanism flags), a JSON summary of it, and the plan when ``--plan`` was given."""
+    if getattr(args, "lmo", None) is not None:
+        return (*lmo_description(args), None)
+    if args.plan is not None:
+        plan = load_plan_flag(args)
+        return plan.description(), {"plan": os.fspath(args.plan), "phases": len(plan.phases)}, plan
+    one = phase(args)
+    summary = {
+        "noise": one.noise,
+        one.parameter_name: one.parameter,
+        "sensitivity": one.sensitivity,
+        "sampling_rate": one.sampling_rate,
+        "steps": one.steps,
+    }
+    return one.description(), summary, None
+
+
+def load_lmo_file(path: str | os.PathLike[str]) -> LMO:
+    """The LMO mechanism saved in a JSON file: a search result (``dpforge lmo search
+    --out``, :meth:`LMOSearchResult.to_json`; read by :meth:`LMOSearchResult.from_dict`)
+    or one mechanism object (``LMO.to_dict()``; read by :meth:`LMO.from_dict`, which may
+    leave out the kind).  Any problem is a one-line
+    :class:`~dpforge.errors.InputFileError` naming the file."""
+    from dpforge.design import LMOSearchResult
+    from dpforge.mechanisms.lmo import LMO
+
+    name = os.fspath(path)
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except OSError as error:
+        raise InputFileError(f"cannot read LMO file {name}: {error.strerror or error}") from None
+    except UnicodeDecodeError:
+        raise InputFileError(f"LMO file {name} is not a UTF-8 text (JSON) file") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise InputFileError(
+            f"LMO file {name} is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise InputFileError(f"LMO file {name} must hold a JSON object, got {type(data).__name__}")
+    inner = data.get("mechanism")
+    if not isinstance(inner, dict) and inner not in (None, "lmo"):
+        raise InputFileError(f"LMO file {name}: 'mechanism' must be 'lmo' or an LMO object, got {inner!r}")
+    try:
+        if isinstance(inner, dict):  # a search result: the mechanism's own problems first
+            LMO.from_dict(inner)
+            return LMOSearchResult.from_dict(data).mechanism
+        return LMO.from_dict(data)
+    except DpforgeError as error:  # InputFileError, naming the field
+        raise InputFileError(f"LMO file {name}: {error}") from None
+
+
+def lmo_description(args: argparse.Namespace) -> tuple[Description, dict[str, Any]]:
+    """The description of ``--lmo FILE [--sampling-rate q] [--steps T]`` and a JSON
+    summary of it.  The file fixes the mechanism (sensitivity included), so the other
+    mechanism flags may not be given with ``--lmo``."""
+    from dpforge.mechanisms.combinators import Composed, PoissonSampled
+
+    given = [flag_name(dest) for dest in _NOT_WITH_LMO if getattr(args, dest, None) is not None]
+    if given:
+        raise CliError(f"--lmo cannot be combined with {', '.join(given)} (the LMO file describes the mechanism)")
+    mechanism = load_lmo_file(args.lmo)
+    rate = sampling_rate(getattr(args, "sampling_rate", None))
+    count = steps(getattr(args, "steps", None))
+    inner = mechanism if rate >= 1.0 else PoissonSampled(mechanism, rate)
+    summary = {
+        "noise": "lmo",
+        "lmo": os.fspath(args.lmo),
+        "sensitivity": mechanism.sensitivity,
+        "sampling_rate": rate,
+        "steps": count,
+    }
+    return Composed([(inner, count)]), summary
+
+
+# --------------------------------------------------------------------------- engines
+
+
+class LazyNames(Sequence):
+    """Names read from the library each time they are used (``loader()``), so that a
+    parser can offer them as choices without importing the library when it is built.
+    ``str()`` joins them with commas (for help texts)."""
+
+    def __init__(self, loader: Callable[[], Sequence[str]]) -> None:
+        self._loader = loader
+
+    def __getitem__(self, index: Any) -> Any:
+        return tuple(self._loader())[index]
+
+    def __len__(self) -> int:
+        return len(tuple(self._loader()))
+
+    def __iter__(self) -> Any:
+        return iter(tuple(self._loader()))
+
+    def __contains__(self, name: object) -> bool:
+        return name in tuple(self._loader())
+
+    def __str__(self) -> str:
+        return ",".join(self)
+
+
+def _engine_names() -> tuple[str, ...]:
+    from dpforge.accounting.api import engine_names
+
+    return engine_names()
+
+
+#: ``--engine``'s choices: the registered engines (:func:`dpforge.accounting.api.engine_names`)
+ENGINE_NAMES = LazyNames(_engine_names)
+#: the flags only the montecarlo engine takes: (flag, dest)
+MONTECARLO_FLAGS = (("--samples", "samples"), ("--confidence", "confidence"), ("--seed", "seed"))
+
+
+def montecarlo_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The montecarlo engine's options from ``--samples``/``--confidence``/``--seed``."""
+    options: dict[str, Any] = {}
+    if args.samples is not None:
+        options["samples"] = integer("--samples", args.samples, 1)
+    if args.confidence is not None:
+        options["confidence"] = number("--confidence", args.confidence, PROBABILITY)
+    if args.seed is not None:
+        options["seed"] = integer("--seed", args.seed, 0)
+    return options
+
+
+def _montecarlo_flags_given(args: argparse.Namespace) -> list[str]:
+    return [flag for flag, dest in MONTECARLO_FLAGS if getattr(args, dest, None) is not None]
+
+
+def engine_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
+    """``--engine`` (default: the library's default engine) and the options it takes
+    (``--samples``/``--confidence``/``--seed`` belong to the montecarlo engine only)."""
+    from dpforge.accounting.api import DEFAULT_ENGINE
+
+    engine = args.engine or DEFAULT_ENGINE
+    if engine != "montecarlo":
+        given = _montecarlo_flags_given(args)
+        if given:
+            raise CliError(f"{given[0]} applies only to --engine montecarlo, not --engine {engine}")
+        return engine, {}
+    return engine, montecarlo_options(args)
+
+
+def engines_options(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
+    """A repeatable ``--engine`` (``default`` when not given, repeats dropped) and the
+    options of each engine that takes any (montecarlo)."""
+    engines = tuple(dict.fromkeys(args.engine)) if args.engine else default
+    if "montecarlo" not in engines:
+        given = _montecarlo_flags_given(args)
+        if given:
+            raise CliError(f"{given[0]} applies only to --engine montecarlo")
+        return engines, {}
+    return engines, {"montecarlo": montecarlo_options(args)}
+
+
+# --------------------------------------------------------------------------- adding flags
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    """``--noise``, ``--sensitivity``, ``--sampling-rate`` and ``--steps``."""
+    parser.add_argument("--noise", choices=tuple(NOISE_FLAGS), help="noise family (default gaussian)")
+    parser.add_argument("--sensitivity", metavar="S", help="sensitivity, > 0 (default 1)")
+    parser.add_argument("--sampling-rate", metavar="Q", help="Poisson sampling rate, in (0, 1] (default 1)")
+    parser.add_argument("--steps", metavar="T", help="number of steps, an integer >= 1 (default 1)")
+
+
+def add_mechanism_flags(parser: argparse.ArgumentParser) -> None:
+    """The sampling flags, the noise parameters, ``--plan FILE`` and ``--lmo FILE``
+    (what :func:`mechanism_description` reads)."""
+    add_sampling_flags(parser)
+    parser.add_argument("--noise-multiplier", metavar="SIGMA", help="gaussian noise std / L2 sensitivity, > 0")
+    parser.add_argument("--scale", metavar="B", help="laplace scale b, > 0")
+    parser.add_argument("--plan", metavar="FILE", help="account a TOML plan file instead of mechanism flags")
+    parser.add_argument("--lmo", metavar="FILE", help="account a saved LMO mechanism (JSON, see dpforge lmo search --out)")
+
+
+def add_engine_flags(parser: argparse.ArgumentParser, *, repeatable: bool = False) -> None:
+    """``--engine`` (once, or ``repeatable`` for several) and the montecarlo options."""
+    if repeatable:
+        parser.add_argument(
+            "--engine", action="append", choices=ENGINE_NAMES, metavar="ENGINE",
+            help="an engine to draw, one of %(choices)s; repeat for several (default prv and rdp)",
+        )
+    else:
+        parser.add_argument(
+            "--engine", choices=ENGINE_NAMES, metavar="ENGINE", help="the accountant, one of %(choices)s (default the first)"
+        )
+    parser.add_argument("--samples", metavar="N", help="montecarlo: samples of the composed loss, an integer >= 1")
+    parser.add_argument("--confidence", metavar="C", help="montecarlo: probability of the bound, in (0, 1) (default 0.99)")
+    parser.add_argument("--seed", metavar="S", help="montecarlo: random seed, an integer >= 0 (default random, reported)")
+
+
+def add_common_flags(parser: argparse.ArgumentParser) -> None:
+    """``--relative-accuracy`` and ``--json``."""
+    parser.add_argument(
+        "--relative-accuracy",
+        default="1e-3",
+        metavar="R",
+        help="target (upper - lower)/upper of the certified bounds, in (0, 1) (default 1e-3)",
+    )
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")

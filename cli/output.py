@@ -1,0 +1,79 @@
+"""What the ``dpforge`` commands print, and the status they exit with.
+
+Tables are left-aligned columns (a column of numbers right-aligned), floats shown with
+six significant digits; ``--json`` prints exactly one strict JSON object (non-finite
+floats as the strings ``"inf"``, ``"-inf"``, ``"nan"``).  Nothing heavy is imported at
+module level.
+
+Exit statuses (re-exported by :mod:`dpforge.cli.main`): :data:`EXIT_OK` success (for
+``verify``: within the budget, or no budget), :data:`EXIT_OVER_BUDGET` ``verify`` found
+the plan over budget, :data:`EXIT_ERROR` any error.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+EXIT_OK = 0
+EXIT_OVER_BUDGET = 1
+EXIT_ERROR = 2
+
+
+def format_value(value: Any) -> str:
+    """A table cell: floats with six significant digits, anything else as ``str``."""
+    if isinstance(value, bool) or value is None:
+        return str(value)
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def table(rows: Sequence[Sequence[Any]], header: Sequence[str] | None = None) -> str:
+    """Rows of cells as left-aligned columns (a column of numbers right-aligned)."""
+    cells = [[format_value(cell) for cell in row] for row in rows]
+    if header is not None:
+        cells.insert(0, list(header))
+    widths = [max(len(row[column]) for row in cells) for column in range(len(cells[0]))]
+    numeric = [
+        all(isinstance(row[column], (int, float)) and not isinstance(row[column], bool) for row in rows)
+        for column in range(len(widths))
+    ]
+    lines = []
+    for row in cells:
+        parts = [cell.rjust(w) if num else cell.ljust(w) for cell, w, num in zip(row, widths, numeric)]
+        lines.append("  ".join(parts).rstrip())
+    return "\n".join(lines)
+
+
+def print_json(data: dict[str, Any]) -> None:
+    """Print ``data`` as one line of strict JSON (non-finite floats as strings, by
+    :func:`dpforge.accounting.results.json_ready`)."""
+    from dpforge.accounting.results import json_ready
+
+    print(json.dumps(json_ready(data), allow_nan=False))
+
+
+def accuracy_rows(accuracy: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Table rows of a result's ``accuracy`` (the PRV grid and its refinements)."""
+    names = {
+        "relative_accuracy": "relative accuracy",
+        "achieved": "achieved accuracy",
+        "grid_step": "grid step",
+        "grid_size": "grid size",
+        "refinements": "refinements",
+    }
+    return [(label, accuracy[key]) for key, label in names.items() if key in accuracy]
+
+
+def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Table rows of a description's summary (``sampling_rate`` -> ``sampling rate``)."""
+    return [(key.replace("_", " "), value) for key, value in summary.items()]
+
+
+def engine_rows(result: Any) -> list[tuple[str, Any]]:
+    """The extra table rows of a high-probability (montecarlo) result; none otherwise."""
+    if not hasattr(result, "samples"):
+        return []
+    return [("samples", result.samples), ("confidence", result.confidence), ("bound", result.bound)]
