@@ -11,7 +11,7 @@ import pytest
 
 from dpforge.cli.main import main
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "plans"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
 
 GAUSSIAN = ["--noise-multiplier", "1.1", "--sampling-rate", "0.01", "--steps", "100"]
 LAPLACE = ["--noise", "laplace", "--scale", "2", "--sampling-rate", "0.01", "--steps", "50"]
