@@ -1,0 +1,64 @@
+"""Writing plan files: TOML text that :func:`dpforge.budget.plan.parse_plan` reads back exactly."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover - typing only
+    from dpforge.budget.plan import Plan
+
+def _toml_string(text: str) -> str:
+    """A TOML basic string (control characters and DEL escaped)."""
+    escapes = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}
+    out = []
+    for char in text:
+        if char in escapes:
+            out.append(escapes[char])
+        elif ord(char) < 0x20 or ord(char) == 0x7F:
+            out.append(f"\\u{ord(char):04X}")
+        else:
+            out.append(char)
+    return '"' + "".join(out) + '"'
+
+
+def _toml_float(value: float) -> str:
+    """``repr`` of a finite float is a valid TOML float that reads back exactly."""
+    return repr(float(value))
+
+
+def _toml_value(value: Any) -> str:
+    """A shape field as TOML: string, integer, float or array of floats."""
+    if isinstance(value, str):
+        return _toml_string(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_float(v) for v in value) + "]"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return _toml_float(value)
+
+
+def plan_to_toml(plan: Plan) -> str:
+    """The plan as TOML text; ``parse_plan(plan_to_toml(plan)) == plan``."""
+    lines = ["# dpforge training plan", f"delta = {_toml_float(plan.delta)}"]
+    if plan.budget_epsilon is not None:
+        lines += ["", "[budget]", f"epsilon = {_toml_float(plan.budget_epsilon)}"]
+    for phase in plan.phases:
+        lines += ["", "[[phases]]"]
+        if phase.name is not None:
+            lines.append(f"name = {_toml_string(phase.name)}")
+        lines.append(f"noise = {_toml_string(phase.noise)}")
+        if phase.parameter_name is not None:
+            lines.append(f"{phase.parameter_name} = {_toml_float(phase.parameter)}")
+        for key, value in phase.shape:
+            lines.append(f"{key} = {_toml_value(value)}")
+        lines += [f"sampling_rate = {_toml_float(phase.sampling_rate)}", f"steps = {int(phase.steps)}"]
+        if phase.noise != "pure":
+            lines.append(f"sensitivity = {_toml_float(phase.sensitivity)}")
+    return "\n".join(lines) + "\n"
+
+
+def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
+    """Write ``plan`` as TOML (UTF-8) to ``path``."""
+    with open(os.fspath(path), "w", encoding="utf-8") as handle:
+        handle.write(plan_to_toml(plan))
