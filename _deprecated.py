@@ -44,6 +44,17 @@ MOVED_NAMES: dict[str, dict[str, str]] = {
             "allocate_noise", "effective_noise_multiplier", "geometric_threshold_update", "gradient_noise_multiplier")},
     },
     "dpforge.mechanisms": {"lmo_search": "dpforge.design", "LMOSearchResult": "dpforge.design"},
+    "dpforge.accounting.api": {
+        "delta_profile": "dpforge.accounting.profiles",
+        "initial_step": "dpforge.accounting.prv.evaluate",
+        "MAX_GRID": "dpforge.accounting.prv.evaluate",
+    },
+    "dpforge.accounting.prv": {
+        name: "dpforge.accounting.prv.components"
+        for name in ("MAX_LOSS", "Truncation", "atom_aligned_step", "bulk_spread", "directions_for",
+                     "discretise_all", "loss_moments", "single_step_moments", "truncation")
+    },
+    "dpforge.budget.plan": {name: "dpforge.budget.verify" for name in ("PhaseCheck", "VerifyReport", "verify_plan")},
 }
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import Any, Protocol
 
+from dpforge import _deprecated
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import ParameterError
 from dpforge.mechanisms.combinators import Description
@@ -95,3 +96,8 @@ def delta(description: Description, epsilon: float, *, engine: str = DEFAULT_ENG
     """Bounds on delta(epsilon); ``engine`` and ``options`` as for :func:`epsilon`."""
     epsilon = require_non_negative("epsilon", epsilon)
     return get_engine(engine).delta(description, epsilon, **options)
+
+
+def __getattr__(name: str):
+    """Names that moved in 0.2 (see :mod:`dpforge._deprecated`)."""
+    return _deprecated.moved_name(__name__, name)

@@ -51,6 +51,7 @@ import tomllib
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
+from dpforge import _deprecated
 from dpforge.errors import InputFileError, ParameterError
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
@@ -422,3 +423,8 @@ def load_plan(path: str | os.PathLike[str]) -> Plan:
 
 # the writer lives in its own module; plan_to_toml and write_plan stay importable from here
 from dpforge.budget.plan_writer import plan_to_toml, write_plan  # noqa: E402
+
+
+def __getattr__(name: str):
+    """Names that moved in 0.2 (see :mod:`dpforge._deprecated`)."""
+    return _deprecated.moved_name(__name__, name)

@@ -13,8 +13,9 @@ composed loss in one direction), :mod:`.runner` (seeded chunks on an executor),
 :mod:`.bounds` (empirical-Bernstein bounds and the pilot) and :mod:`.kernels` (numba).
 """
 
-from dpforge.accounting.montecarlo.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, delta, epsilon
+from dpforge.accounting.montecarlo.engine import DEFAULT_CONFIDENCE, DEFAULT_SAMPLES, INEQUALITY, delta, epsilon
 from dpforge.accounting.montecarlo.generic import NumpyStepSampler
+from dpforge.accounting.montecarlo.tilting import log_c
 from dpforge.accounting.montecarlo.registry import register_pair_sampler, register_step_sampler, step_sampler
 from dpforge.accounting.montecarlo.samplers import (
     GaussianStepSampler,
@@ -28,6 +29,7 @@ __all__ = [
     "DEFAULT_CONFIDENCE",
     "DEFAULT_SAMPLES",
     "GaussianStepSampler",
+    "INEQUALITY",
     "LaplaceStepSampler",
     "NumpyStepSampler",
     "RandomizedResponseStepSampler",
@@ -35,6 +37,7 @@ __all__ = [
     "StepTable",
     "delta",
     "epsilon",
+    "log_c",
     "register_pair_sampler",
     "register_step_sampler",
     "step_sampler",

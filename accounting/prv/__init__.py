@@ -35,6 +35,7 @@ fixed-grid evaluator used by calibration and the search) and :mod:`.engine` (the
 ``epsilon``/``delta`` entry points registered as engine "prv").
 """
 
+from dpforge import _deprecated
 from dpforge.accounting.prv.compose import ComposedMeasure, ComposedProfile, compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, lower_measure, upper_measure
@@ -53,3 +54,8 @@ __all__ = [
     "lower_measure",
     "upper_measure",
 ]
+
+
+def __getattr__(name: str):
+    """Names that moved in 0.2 (see :mod:`dpforge._deprecated`)."""
+    return _deprecated.moved_name(__name__, name)
