@@ -46,8 +46,14 @@ class InputFileError(DpforgeError):
     follow its schema; the message names the file and the field."""
 
 
+class DpforgeAccuracyWarning(UserWarning):
+    """A certified result is less accurate than asked (its bracket is wider than the
+    requested relative accuracy); the result's ``accuracy`` says what was reached."""
+
+
 __all__ = [
     "CalibrationError",
+    "DpforgeAccuracyWarning",
     "DpforgeError",
     "InputFileError",
     "LimitError",

@@ -66,9 +66,11 @@ def certified_evaluator(
     engine: str = DEFAULT_ENGINE,
     rel_tolerance: float = 1e-3,
     engine_options: dict[str, Any] | None = None,
+    target: float | None = None,
 ) -> Callable[[float], float]:
     """p -> certified upper epsilon(delta) of ``make_description(p)`` under ``engine``;
-    the returned callable caches its values and counts ``evaluations``."""
+    the returned callable caches its values and counts ``evaluations``.  ``target`` (the
+    epsilon being calibrated for) lets the PRV evaluator tilt its compositions there."""
     options = dict(engine_options or {})
     if engine not in engine_names():
         raise ParameterError(f"engine must be one of {', '.join(engine_names())}, got {engine!r}")
@@ -81,7 +83,7 @@ def certified_evaluator(
         step = options.pop("step", None)
         if options:
             raise ParameterError(f"{sorted(options)[0]} is not a calibration option of the prv engine (step is)")
-        return FixedGridEvaluator(make_description, delta, rel_tolerance, step=step)
+        return FixedGridEvaluator(make_description, delta, rel_tolerance, step=step, target=target)
     return _EngineEvaluator(make_description, delta, engine, options)
 
 
@@ -230,7 +232,12 @@ def calibrate(
 
     def search(guess: float) -> CalibrationResult:
         evaluate = certified_evaluator(
-            make_description, delta, engine=engine, rel_tolerance=rel_tolerance, engine_options=engine_options
+            make_description,
+            delta,
+            engine=engine,
+            rel_tolerance=rel_tolerance,
+            engine_options=engine_options,
+            target=target_epsilon,
         )
         found = find_parameter(
             evaluate,
@@ -252,19 +259,56 @@ def calibrate(
             parameter_name=parameter_name,
         )
 
-    first = search(start)
+    best = search(start)
     # The PRV grid is fixed at the first evaluation, for the starting parameter.  Far from
     # the answer that grid is coarse (e.g. a Laplace scale 10x the start), and a coarse
     # grid's certified bound calls for more noise than needed; search again on a grid set
     # at the answer and keep the smaller certified parameter.
-    if engine == "prv" and abs(math.log(first.parameter / min(max(start, low_limit), high_limit))) > math.log(1.5):
+    if engine == "prv" and abs(math.log(best.parameter / min(max(start, low_limit), high_limit))) > math.log(1.5):
         try:
-            second = search(first.parameter)
+            second = search(best.parameter)
         except CalibrationError:  # the first answer stands: it is certified on its own grid
-            return first
-        best = second if second.parameter < first.parameter else first
-        return dataclasses.replace(best, evaluations=first.evaluations + second.evaluations)
-    return first
+            second = None
+        if second is not None:
+            chosen = second if second.parameter < best.parameter else best
+            best = dataclasses.replace(chosen, evaluations=best.evaluations + second.evaluations)
+    if engine == "prv":
+        best = _as_verified(best, make_description, high_limit)
+    return best
+
+
+#: how far :func:`_as_verified` moves a parameter per try, and how many tries it makes
+_VERIFY_NUDGE, _VERIFY_TRIES = 1e-3, 40
+
+
+def _as_verified(result: CalibrationResult, make_description, high_limit: float) -> CalibrationResult:
+    """The calibrated parameter as ``epsilon()`` and ``dpforge verify`` will see it.
+
+    The search certifies on one fixed grid; ``epsilon()`` refines its own grid, and both
+    upper bounds are certified but need not be equal.  So the answer is checked with
+    ``epsilon()`` at its default accuracy, and moved up by 0.1% at a time until that
+    upper bound meets the target too: a calibrated parameter always verifies.  The
+    reported ``epsilon``/``lower`` are that check's certified bracket.
+    """
+    from dpforge.accounting.prv.engine import epsilon as prv_epsilon
+
+    parameter, evaluations = result.parameter, result.evaluations
+    for _ in range(_VERIFY_TRIES):
+        check = prv_epsilon(make_description(parameter), result.delta)
+        evaluations += 1
+        if check.upper <= result.target_epsilon:
+            return dataclasses.replace(
+                result, parameter=parameter, epsilon=check.upper, lower=check.lower, evaluations=evaluations
+            )
+        if parameter >= high_limit:
+            break
+        parameter = min(parameter * (1.0 + _VERIFY_NUDGE), high_limit)
+    raise CalibrationError(
+        f"the calibrated {result.parameter_name}={result.parameter:.6g} does not verify: epsilon() gives "
+        f"{check.upper:.6g} > target {result.target_epsilon:g} even at {parameter:.6g}",
+        parameter=parameter,
+        epsilon=check.upper,
+    )
 
 
 def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:

@@ -22,7 +22,6 @@ from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.errors import LimitError, ParameterError
 
 _U = np.finfo(float).eps / 2
-#: largest per-step privacy loss the engine discretises (e^{-L} must stay representable)
 
 
 @dataclass(frozen=True)
@@ -33,6 +32,11 @@ class ComposedProfile:
     w_j = max(p_j, 0) + roundoff for the upper bound and max(p_j - roundoff, 0) for the
     lower bound; ``constant`` is +(mass at +inf + mass above the window) for the upper
     bound and -(mass outside the window) for the lower bound.
+
+    A profile read off a tilted composition (:mod:`dpforge.accounting.prv.tilt`) keeps
+    only the positions at or above ``floor``: an upper profile is then 1 (the trivial
+    bound) below ``floor``, and a lower profile stays valid everywhere (a sub-measure's
+    profile is a lower bound at every eps).
     """
 
     kind: str
@@ -41,11 +45,14 @@ class ComposedProfile:
     constant: float
     roundoff: float
     grid_size: int
+    floor: float = 0.0
 
     def delta(self, epsilon: float) -> float:
         """The profile at ``epsilon``: constant + sum_{x_j > eps} w_j (1 - e^{eps - x_j}),
         clipped at 0 -- the hockey-stick divergence written through the privacy-loss
         distribution (Sommer, Meiser, Mohammadi 2019; Koskela, Jälkö, Honkela 2020)."""
+        if self.kind == "upper" and epsilon < self.floor:
+            return 1.0
         active = self.positions > epsilon
         x = self.positions[active]
         value = self.constant + float(np.dot(self.weights[active], -np.expm1(epsilon - x)))
@@ -62,6 +69,12 @@ class ComposedProfile:
             return math.inf
         if self.delta(0.0) <= delta:
             return 0.0
+        if self.kind == "upper" and self.floor > 0:
+            return max(self._epsilon_on_grid(delta), self.floor)
+        return self._epsilon_on_grid(delta)
+
+    def _epsilon_on_grid(self, delta: float) -> float:
+        """The inversion itself, over the stored positions."""
         keep = self.positions > 0
         x = self.positions[keep]
         w = self.weights[keep]
@@ -229,6 +242,13 @@ class ComposedMeasure:
         return DiscreteLoss(self.positions, masses, 0.0)
 
 
+def composed_infinity(measures: Sequence[tuple[GridMeasure, int]]) -> float:
+    """Mass at +inf after composition: 1 - prod_i (1 - a_i)^count_i, computed as
+    -expm1(sum_i count_i log1p(-a_i)) so that per-step masses far below 1e-16 (the
+    truncated tails at tiny delta) are not rounded away."""
+    return -math.expm1(sum(count * math.log1p(-measure.infinity_mass) for measure, count in measures))
+
+
 def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> ComposedMeasure:
     """Compose ``count`` copies of each measure on one FFT window: FFT composition of
     privacy-loss distributions (Koskela, Jälkö, Honkela 2020) on a window set by Chernoff
@@ -267,8 +287,6 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
     # Chernoff bounds on the composed discrete measure beyond the window
     above = float(np.exp(np.min(cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
     below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
-    finite = 1.0
-    for measure, count in measures:
-        finite *= (1.0 - measure.infinity_mass) ** count
+    infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
-    return ComposedMeasure(positions, masses, above, below, 1.0 - finite, _roundoff_per_entry(composed, total_count), size)
+    return ComposedMeasure(positions, masses, above, below, infinity, _roundoff_per_entry(composed, total_count), size)

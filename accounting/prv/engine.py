@@ -8,11 +8,12 @@ bracket is as narrow as ``relative_accuracy`` asks (or a grid limit is reached, 
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
-from dpforge.accounting.prv.evaluate import Evaluation, evaluate, initial_step, refine
+from dpforge.accounting.prv.evaluate import Evaluation, Refined, initial_step, refine
 from dpforge.accounting.results import DeltaResult, EpsilonResult
-from dpforge.errors import LimitError, ParameterError
+from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.validation import require_non_negative, require_positive, require_probability_open
 
@@ -29,14 +30,43 @@ def _reject_options(options: dict) -> None:
         raise ParameterError(f"{sorted(options)[0]} is not an option of the prv engine")
 
 
-def _accuracy(relative_accuracy: float, low: float, high: float, evaluation: Evaluation, refinements: int) -> dict:
-    """What the bracket [low, high] achieved and the grid it came from."""
+#: deltas below this are not refined for: a bracket [0, 1e-15] answers "negligible"
+NEGLIGIBLE_DELTA = 1e-14
+
+
+def _accuracy(
+    relative_accuracy: float,
+    low: float,
+    high: float,
+    evaluation: Evaluation,
+    refinements: int,
+    tilted: bool,
+    negligible: float = 0.0,
+) -> dict:
+    """What the bracket [low, high] achieved and the grid it came from; warns
+    (:class:`~dpforge.errors.DpforgeAccuracyWarning`) when it is wider than asked (a delta
+    upper bound below ``negligible`` counts as reached)."""
+    achieved = (high - low) / high if high > 0 else 0.0
+    if high < negligible:
+        achieved_ok = True
+    else:
+        achieved_ok = achieved <= relative_accuracy
+    if not achieved_ok:
+        warnings.warn(
+            f"the prv engine reached a relative width of {achieved:.3g}, not the {relative_accuracy:g} asked "
+            f"(grid of {evaluation.grid_size} points after {refinements} refinements); the bounds are certified "
+            "but looser than requested",
+            DpforgeAccuracyWarning,
+            stacklevel=3,
+        )
     return {
         "relative_accuracy": relative_accuracy,
-        "achieved": (high - low) / high if high > 0 else 0.0,
+        "achieved": achieved,
+        "reached": achieved_ok,
         "grid_step": evaluation.step,
         "grid_size": evaluation.grid_size,
         "refinements": refinements,
+        "tilted": tilted,
     }
 
 
@@ -62,30 +92,31 @@ def epsilon(
     components = _components(description)
     tail = 1e-4 * delta
 
-    def width_of(evaluation: Evaluation) -> tuple[float, float]:
-        low, high = evaluation.epsilon(delta)
-        return high - low, high
+    def tilt(low: float, high: float) -> tuple[float, float, float]:
+        """Tilt at the middle of the bracket, keep losses from its certified lower end."""
+        return (0.5 * (low + high) if math.isfinite(high) else max(2.0 * low, low + 1.0)), low, delta
 
     if step is not None:
         step = require_positive("step", step)
-        evaluation, refinements = evaluate(components, step, tail), 0
+        first, max_refinements = step, 0
     else:
         first = initial_step(components, delta, relative_accuracy, tail)
-        evaluation, refinements = refine(components, first, tail, relative_accuracy, width_of, max_refinements, delta=delta)
-    low, high = evaluation.epsilon(delta)
+    refined = refine(
+        components, first, tail, relative_accuracy, lambda e: e.epsilon(delta), max_refinements, delta=delta, tilt=tilt
+    )
+    evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
         raise LimitError(
             f"delta={delta:g} is below what the prv engine can certify for this description "
             "(the truncated and round-off mass alone exceeds it); use a larger delta"
         )
-    low = min(low, high)
     return EpsilonResult(
         lower=low,
         upper=high,
         estimate=0.5 * (low + high),
         delta=delta,
         engine=NAME,
-        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements),
+        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted),
     )
 
 
@@ -95,26 +126,40 @@ def delta_evaluation(
     relative_accuracy: float,
     step: float | None,
     max_refinements: int,
-) -> tuple[Evaluation, int]:
+) -> Refined:
     """The composed profiles, refined until delta at every one of ``epsilons`` has the
-    relative accuracy (deltas below 1e-14 are not refined for)."""
+    relative accuracy (deltas below 1e-14 are not refined for).  With one epsilon the
+    composition may be tilted there (:mod:`.tilt`) when round-off would limit it."""
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
     components = _components(description)
     tail = 1e-16
 
-    def width_of(evaluation: Evaluation) -> tuple[float, float]:
-        worst, worst_ratio = (0.0, 1.0), 0.0
+    def bounds_of(evaluation: Evaluation) -> tuple[float, float]:
+        """The bracket of the point with the widest relative bracket (the others are as
+        accurate or more)."""
+        worst, worst_ratio = (0.0, 0.0), -1.0
         for value in epsilons:
             low, high = evaluation.delta(value)
-            if high >= 1e-14 and (high - low) / high > worst_ratio:
-                worst, worst_ratio = (high - low, high), (high - low) / high
+            ratio = (high - low) / high if high >= 1e-14 else 0.0
+            if ratio > worst_ratio:
+                worst, worst_ratio = (low, high), ratio
         return worst
 
+    tilt = None
+    if len(epsilons) == 1:
+        point = float(epsilons[0])
+
+        def tilt(low: float, high: float) -> tuple[float, float, float]:
+            """Tilt at the queried eps; the profile is needed there only."""
+            return point, point, max(high, 1e-300)
+
     if step is not None:
-        step = require_positive("step", step)
-        return evaluate(components, step, tail), 0
-    first = initial_step(components, 1e-6, relative_accuracy, tail)
-    return refine(components, first, tail, relative_accuracy, width_of, max_refinements)
+        first, max_refinements = require_positive("step", step), 0
+    else:
+        first = initial_step(components, 1e-6, relative_accuracy, tail)
+    return refine(
+        components, first, tail, relative_accuracy, bounds_of, max_refinements, tilt=tilt, negligible=NEGLIGIBLE_DELTA
+    )
 
 
 def delta(
@@ -129,14 +174,13 @@ def delta(
     """Certified bounds on delta(epsilon); refined until (upper - lower)/upper <= relative_accuracy."""
     _reject_options(options)
     epsilon = require_non_negative("epsilon", epsilon)
-    evaluation, refinements = delta_evaluation(description, (epsilon,), relative_accuracy, step, max_refinements)
-    low, high = evaluation.delta(epsilon)
-    low = min(low, high)
+    refined = delta_evaluation(description, (epsilon,), relative_accuracy, step, max_refinements)
+    evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     return DeltaResult(
         lower=low,
         upper=high,
         estimate=0.5 * (low + high),
         epsilon=epsilon,
         engine=NAME,
-        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements),
+        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted, NEGLIGIBLE_DELTA),
     )

@@ -11,8 +11,11 @@ epsilon(parameter) is a smooth, monotone function a root finder can trust: calib
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
+
+import numpy as np
 
 from dpforge.accounting.prv.components import (
     _DIRECT_LIMIT,
@@ -24,7 +27,8 @@ from dpforge.accounting.prv.components import (
     loss_moments,
 )
 from dpforge.accounting.prv.compose import ComposedProfile, compose
-from dpforge.errors import DpforgeError, ParameterError
+from dpforge.accounting.prv.tilt import compose_tilted, saddle_tilt
+from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, ParameterError
 from dpforge.mechanisms.combinators import Component, Description, flatten
 
 #: largest grid (points) the refinement may ask for
@@ -85,10 +89,16 @@ def evaluate(
     kinds: Sequence[str] = ("upper", "lower"),
     staged: bool = False,
     settled: Evaluation | None = None,
+    tilt_at: float | None = None,
+    floor: float = 0.0,
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
-    their certified bounds stay valid."""
+    their certified bounds stay valid.
+
+    With ``tilt_at``, each composition is exponentially tilted so that its mean sits at
+    that eps, and only losses from ``floor`` up are kept (:mod:`.tilt`): ``floor`` must be
+    a certified lower bound on the eps being sought (or the eps being queried)."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -99,10 +109,15 @@ def evaluate(
         directions.append(direction)
         direction_step = atom_aligned_step(components, direction, step)
         measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged)
-        if "upper" in kinds:
-            upper.append(compose(measures["upper"], tail).upper_profile())
-        if "lower" in kinds:
-            lower.append(compose(measures["lower"], tail).lower_profile())
+        for kind, out in (("upper", upper), ("lower", lower)):
+            if kind not in kinds:
+                continue
+            theta = saddle_tilt(measures[kind], tilt_at, floor) if tilt_at is not None else 0.0
+            if theta > 0.0:
+                composed = compose_tilted(measures[kind], tail, theta, floor)
+            else:
+                composed = compose(measures[kind], tail)
+            out.append(composed.upper_profile() if kind == "upper" else composed.lower_profile())
     return Evaluation(step, tuple(upper), tuple(lower), tuple(directions))
 
 
@@ -147,53 +162,111 @@ def _needs_stages(components: Sequence[Component], step: float, tail: float) -> 
     return window / needed > _DIRECT_LIMIT
 
 
+@dataclass(frozen=True)
+class Refined:
+    """What :func:`refine` reached: the last evaluation, the refinements made, and the
+    certified bracket (the intersection of every evaluation's certified bracket)."""
+
+    evaluation: Evaluation
+    refinements: int
+    low: float
+    high: float
+    tilted: bool = False
+
+
+#: a tilted evaluation is used once the round-off allowance alone would take more than
+#: this share of the requested width
+_ROUNDOFF_SHARE = 0.1
+
+
+def roundoff_in_delta(evaluation: Evaluation, epsilon: float) -> float:
+    """The largest part of any upper profile's delta(``epsilon``) that is round-off
+    allowance: roundoff * sum_{x_j > eps} (1 - e^{eps - x_j})."""
+    share = 0.0
+    for profile in evaluation.upper:
+        active = profile.positions > epsilon
+        share = max(share, profile.roundoff * float(np.sum(-np.expm1(epsilon - profile.positions[active]))))
+    return share
+
+
 def refine(
     components: Sequence[Component],
     step: float,
     tail: float,
     relative_accuracy: float,
-    width_of: Callable[[Evaluation], tuple[float, float]],
+    bounds_of: Callable[[Evaluation], tuple[float, float]],
     max_refinements: int,
     delta: float | None = None,
-) -> tuple[Evaluation, int]:
-    """Shrink the grid step until the bounds are as close as asked (width ~ c h^2).
+    tilt: Callable[[float, float], tuple[float, float, float]] | None = None,
+    negligible: float = 0.0,
+) -> Refined:
+    """Shrink the grid step until the certified bracket is as narrow as asked (width ~ c h^2).
 
-    ``width_of(evaluation)`` returns (bracket width, scale); refinement stops once
-    width <= ``relative_accuracy`` * scale.  For an epsilon query (``delta`` given) a
-    direction that is certainly dominated by the other is kept from the coarser
-    evaluation instead of being refined.
+    ``bounds_of(evaluation)`` is the (lower, upper) bracket an evaluation certifies; the
+    bracket kept is the intersection over every evaluation made (each is certified, so the
+    intersection is too).  Refinement stops once upper - lower <= ``relative_accuracy`` *
+    upper, or upper < ``negligible``.  For an epsilon query (``delta`` given) a direction
+    that is certainly dominated by the other is kept from the coarser evaluation instead of
+    being refined.
+
+    ``tilt(lower, upper)`` gives (tilt_at, floor, delta level) for a tilted evaluation
+    (:mod:`.tilt`); it is used from the probe on when the round-off allowance at ``floor``
+    would take more than ``_ROUNDOFF_SHARE`` of the width asked for, which is what limits
+    untilted compositions at tiny delta.
 
     When resolving the one-step laws directly would need more than ``_DIRECT_LIMIT``
     grid points, narrow components are composed in chunks on finer grids instead
-    (``staged``) at a step of about 1.5 bulk widths, and the result is returned as is:
-    the chunks' own grids set the width, and a finer final grid would only add chunks.
+    (``staged``) at a step of about 1.5 bulk widths, and no finer final grid is tried: the
+    chunks' own grids set the width, and a finer final grid would only add chunks.
     """
     staged = math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
     if staged:
         # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
         step = max(step, 1.5 * _narrowest_bulk(components))
     evaluation = evaluate(components, step, tail, staged=staged)
+    low, high = bounds_of(evaluation)
+    tilted = False
+    if tilt is not None and math.isfinite(low):
+        tilt_at, floor, level = tilt(low, high)
+        if roundoff_in_delta(evaluation, floor) > _ROUNDOFF_SHARE * relative_accuracy * level:
+            tilted = True
+            evaluation = evaluate(components, step, tail, staged=staged, tilt_at=tilt_at, floor=floor)
+            tilted_low, tilted_high = bounds_of(evaluation)
+            low, high = max(low, tilted_low), min(high, tilted_high)
     refinements = 0
     while refinements < max_refinements:
-        width, scale = width_of(evaluation)
-        if not (math.isfinite(width) and math.isfinite(scale)) or width <= relative_accuracy * scale:
+        width = high - low
+        if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:
             break
         if staged:
             break  # the chunks' own grids set the width; a finer final grid only adds chunks
-        factor = math.sqrt(0.5 * relative_accuracy * scale / width) if width > 0 else 0.5
+        factor = math.sqrt(0.5 * relative_accuracy * high / width) if width > 0 else 0.5
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
         grid = evaluation.grid_size * step / new_step
-        if not staged and grid > _DIRECT_LIMIT:
+        if grid > _DIRECT_LIMIT:
             if not math.isfinite(_narrowest_bulk(components)):
                 break  # few steps of a law narrower than the grid: report the accuracy reached
             staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
-        elif grid > MAX_GRID:
-            break
         step = new_step
-        settled = evaluation.dominated(delta) if delta is not None else None
-        evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
+        if tilted:
+            tilt_at, floor, _ = tilt(low, high)
+            evaluation = evaluate(components, step, tail, staged=staged, tilt_at=tilt_at, floor=floor)
+        else:
+            settled = evaluation.dominated(delta) if delta is not None else None
+            evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
+        new_low, new_high = bounds_of(evaluation)
+        low, high = max(low, new_low), min(high, new_high)
         refinements += 1
-    return evaluation, refinements
+    if low > high:
+        # two certified bounds cannot cross: this is a defect, reported rather than hidden
+        warnings.warn(
+            f"the prv engine's certified lower bound {low!r} exceeds its upper bound {high!r}; "
+            "the lower bound is replaced by the upper bound (please report this description)",
+            DpforgeAccuracyWarning,
+            stacklevel=4,
+        )
+        low = high
+    return Refined(evaluation, refinements, low, high, tilted)
 
 
 class FixedGridEvaluator:
@@ -205,6 +278,11 @@ class FixedGridEvaluator:
     chain is composed.  Values are cached per parameter; ``evaluations`` counts the
     compositions made.  An error of ``make_description`` comes back as a one-line
     :class:`DpforgeError` prefixed with the parameter.
+
+    With ``target`` (the epsilon a calibration aims at), the first call also decides, once
+    for all calls, whether the compositions are tilted at ``target`` (:mod:`.tilt`,
+    keeping losses from ``target / 2`` up): they are when the round-off allowance would
+    take more than a tenth of the tolerance, as it does at tiny delta.
     """
 
     def __init__(
@@ -214,12 +292,15 @@ class FixedGridEvaluator:
         relative_tolerance: float,
         *,
         step: float | None = None,
+        target: float | None = None,
     ) -> None:
         self.make_description = make_description
         self.delta = delta
         self.relative_tolerance = relative_tolerance
         self.tail = 1e-4 * delta
         self.step: float | None = step
+        self.target = target
+        self.tilted: bool | None = None if target is not None else False
         self.evaluations = 0
         self.cache: dict[float, float] = {}
 
@@ -234,7 +315,16 @@ class FixedGridEvaluator:
         components = flatten(description)
         if self.step is None:
             self.step = initial_step(components, self.delta, 0.25 * self.relative_tolerance, self.tail)
-        evaluation = evaluate(components, self.step, self.tail, kinds=("upper",))
+        if self.tilted is None:  # first call with a target: decide whether to tilt
+            probe = evaluate(components, self.step, self.tail, kinds=("upper",))
+            share = roundoff_in_delta(probe, 0.5 * self.target) / self.delta
+            self.tilted = share > _ROUNDOFF_SHARE * self.relative_tolerance
+        if self.tilted:
+            evaluation = evaluate(
+                components, self.step, self.tail, kinds=("upper",), tilt_at=self.target, floor=0.5 * self.target
+            )
+        else:
+            evaluation = evaluate(components, self.step, self.tail, kinds=("upper",))
         value = max(profile.epsilon(self.delta) for profile in evaluation.upper)
         self.evaluations += 1
         self.cache[parameter] = value

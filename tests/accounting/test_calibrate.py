@@ -21,7 +21,10 @@ from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
 )
 def test_noise_multiplier_meets_target(sampling_rate, steps, target):
     result = calibrate_noise_multiplier(sampling_rate, steps, target, 1e-5)
-    assert target * (1 - 1e-3) <= result.epsilon <= target
+    # result.epsilon is epsilon()'s certified upper bound (what verify prints), which can sit a
+    # little below the search's own fixed-grid value (within the search's tolerance band)
+    assert target * (1 - 3e-3) <= result.epsilon <= target
+    assert result.lower <= result.epsilon
     assert result.parameter_name == "noise_multiplier"
     # an independent certified evaluation at the returned parameter agrees
     mechanism = Gaussian(result.parameter)

@@ -159,7 +159,9 @@ def test_laplace_against_prv_accountant(prv, scale, steps, delta):
 # independent reference for tiny deltas (tilted FFT, Richardson-extrapolated)
 # ----------------------------------------------------------------------------------------
 def _step_cdf_grid(sigma: float, q: float, direction: str, h: float):
-    """Grid points l_j = j h and Pr_P(L <= l_j) for one Poisson-subsampled Gaussian step.
+    """Grid points l_j = j h, Pr_P(L <= l_j) and Pr_P(L > l_j) for one Poisson-subsampled
+    Gaussian step, each computed directly (the upper tail from the survival function: as
+    differences of a CDF near 1 its masses would lose every digit below 1e-16).
 
     L = +-log(1 - q + q e^r), r = mu x - mu^2/2; x in [-14, 14 + mu] (mass outside ~1e-44).
     """
@@ -174,14 +176,15 @@ def _step_cdf_grid(sigma: float, q: float, direction: str, h: float):
         x = np.where(inner > 0, (np.log(np.where(inner > 0, inner, 1.0)) - math.log(q) + mu * mu / 2) / mu, -np.inf)
         if direction == "remove":  # P = (1-q) N(0,1) + q N(mu,1); L <= l <=> X <= x
             cdf = (1 - q) * special.ndtr(x) + q * special.ndtr(x - mu)
+            sf = (1 - q) * special.ndtr(-x) + q * special.ndtr(mu - x)
         else:  # P = N(0,1); L <= l <=> X >= x
-            cdf = special.ndtr(-x)
-    return grid, np.clip(cdf, 0.0, 1.0)
+            cdf, sf = special.ndtr(-x), special.ndtr(x)
+    return grid, np.clip(cdf, 0.0, 1.0), np.clip(sf, 0.0, 1.0)
 
 
 def _linear_split(sigma, q, direction, h, sub=64):
-    fine, cdf = _step_cdf_grid(sigma, q, direction, h / sub)
-    mass = np.diff(cdf)
+    fine, cdf, sf = _step_cdf_grid(sigma, q, direction, h / sub)
+    mass = np.where(cdf[1:] < 0.5, np.diff(cdf), -np.diff(sf))
     pos = (fine[1:] - 0.5 * h / sub) / h
     low = np.floor(pos).astype(np.int64)
     frac = pos - low

@@ -1,0 +1,209 @@
+"""Exponentially tilted FFT composition: certified brackets at tiny delta.
+
+The FFT composition of :mod:`.compose` carries a round-off allowance of about
+u (T + log2 n) max(p) on every entry.  That allowance does not shrink with the grid
+step, and at delta of 1e-10 or below its share of delta(eps) = sum_{x > eps} w (1 - e^{eps - x})
+sets a floor on the bracket's width that no refinement can pass.
+
+Tilting moves the composition to where delta lives (the saddle-point idea of Alghamdi et
+al. 2023, used here only to place the FFT's dynamic range, never as an approximation):
+
+1. each discretised measure m is replaced by m~_j = m_j e^{theta x_j} / Z, with
+   Z = sum_j m_j e^{theta x_j} (finite part; the atom at +inf is kept aside);
+2. the tilted measures are composed by the same FFT (tilting commutes with convolution:
+   e^{theta (x + y)} = e^{theta x} e^{theta y});
+3. entry k of the composition is untilted exactly: p_k = p~_k S(y_k) with
+   S(y) = exp(Lambda - theta y), Lambda = sum_i count_i log Z_i;
+4. the round-off allowance r~ is taken on the tilted entries, so each entry's allowance
+   becomes r~ S(y_k): relative to the mass where delta(eps) lives, decaying above it.
+
+theta is chosen so that the tilted composed mean sits at the eps of interest (the
+saddle point of the Chernoff bound there).  Only positions y >= ``floor`` are kept, where
+S(y) <= S(floor) stays representable; ``floor`` is a certified lower bound on the eps
+being sought (from an untilted evaluation), so nothing is lost:
+
+* upper profile: weights (max(p~_k, 0) + r~) S(y_k), plus the mass at +inf, the
+  untilted Chernoff bound on the mass above the window, and (when the window starts above
+  ``floor``) a Chernoff bound on the mass between ``floor`` and the window; below
+  ``floor`` it is the trivial bound 1.  Wrapped
+  (aliased) tilted mass is non-negative, so it only raises the sum.
+* lower profile: weights max(p~_k - r~, 0) S(y_k) (a sub-measure of the composed lower
+  measure), minus every tilted mass that can have wrapped into the kept entries,
+  (above~ + below~) S(floor), valid at every eps because S is largest at ``floor``.
+
+The window is set from the *tilted* cumulant Lambda(theta + lam) - Lambda(theta), with a
+tail of ``tail`` / S(floor), so that the subtracted aliasing term is at most ``tail``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+from scipy import fft as sp_fft
+
+from dpforge.accounting.prv.compose import (
+    _U,
+    ComposedProfile,
+    _chernoff_lambdas,
+    _log_mgf,
+    composed_infinity,
+)
+from dpforge.accounting.prv.discretise import GridMeasure
+from dpforge.errors import LimitError
+
+#: largest log S(floor) a tilted composition accepts (S(floor) = e^600 stays far from overflow)
+_MAX_LOG_SCALE = 600.0
+#: largest FFT window of any composition (points)
+_MAX_WINDOW = 2**26
+
+
+def _log_tilted_masses(measure: GridMeasure, theta: float) -> tuple[np.ndarray, float]:
+    """(log of m_j e^{theta x_j} / Z, log Z) with -inf where m_j = 0."""
+    with np.errstate(divide="ignore"):
+        logs = np.log(measure.masses) + theta * measure.positions
+    top = float(np.max(logs))
+    if not math.isfinite(top):
+        return logs, -math.inf
+    log_z = top + math.log(float(np.sum(np.exp(logs - top))))
+    return logs - log_z, log_z
+
+
+def tilted_mean(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> float:
+    """Mean of the composed measure after tilting every step by e^{theta x}:
+    sum_i count_i E~_i[x] (the derivative of the composed cumulant at theta)."""
+    total = 0.0
+    for measure, count in measures:
+        logs, log_z = _log_tilted_masses(measure, theta)
+        if math.isfinite(log_z):
+            total += count * float(np.dot(np.exp(logs), measure.positions))
+    return total
+
+
+def saddle_tilt(measures: Sequence[tuple[GridMeasure, int]], target: float, floor: float = 0.0) -> float:
+    """theta >= 0 with tilted mean = ``target`` (0 when the untilted mean is already at or
+    above it); the tilted mean increases with theta, so bisection finds it.
+
+    theta is capped at ``_MAX_LOG_SCALE / 2 / (target - floor)``: at the saddle point
+    Lambda(theta) - theta target <= 0 (convexity, Lambda(0) <= 0), so the untilting factor
+    at ``floor`` stays below e^{theta (target - floor)} <= e^{_MAX_LOG_SCALE / 2}.  A
+    direction whose loss cannot reach ``target`` (a dominated one) gets the cap."""
+    if tilted_mean(measures, 0.0) >= target:
+        return 0.0
+    cap = 0.5 * _MAX_LOG_SCALE / max(target - floor, 1e-12)
+    low, high = 0.0, 1.0
+    while tilted_mean(measures, high) < target:
+        low, high = high, 2.0 * high
+        if high >= cap:
+            return cap
+    for _ in range(50):
+        middle = 0.5 * (low + high)
+        if tilted_mean(measures, middle) < target:
+            low = middle
+        else:
+            high = middle
+        if high - low <= 1e-6 * high:
+            break
+    return min(0.5 * (low + high), cap)
+
+
+@dataclass(frozen=True)
+class TiltedComposition:
+    """The tilted composed measure on its window, with what is needed to untilt it."""
+
+    positions: np.ndarray
+    masses: np.ndarray  # tilted p~_k (aliased FFT output)
+    theta: float
+    log_scale: float  # Lambda = sum_i count_i log Z_i
+    floor: float
+    above_tilted: float
+    below_tilted: float
+    above: float  # untilted mass above the window (Chernoff)
+    below: float  # untilted mass below the window (Chernoff)
+    infinity: float
+    roundoff: float  # per-entry allowance in tilted units
+    grid_size: int
+
+    def _kept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        keep = self.positions >= self.floor
+        y = self.positions[keep]
+        return y, self.masses[keep], np.exp(self.log_scale - self.theta * y)
+
+    def upper_profile(self) -> ComposedProfile:
+        """Certified upper profile for eps >= ``floor`` (1 below it); see the module docstring."""
+        y, p, scale = self._kept()
+        weights = (np.maximum(p, 0.0) + self.roundoff) * scale
+        below = self.below if self.positions[0] > self.floor else 0.0
+        return ComposedProfile(
+            "upper", y, weights, self.infinity + self.above + below, self.roundoff, self.grid_size, self.floor
+        )
+
+    def lower_profile(self) -> ComposedProfile:
+        """Certified lower profile at every eps; see the module docstring."""
+        y, p, scale = self._kept()
+        weights = np.maximum(p - self.roundoff, 0.0) * scale
+        wrapped = (self.above_tilted + self.below_tilted) * math.exp(self.log_scale - self.theta * self.floor)
+        return ComposedProfile("lower", y, weights, -wrapped, self.roundoff, self.grid_size, self.floor)
+
+
+def compose_tilted(
+    measures: Sequence[tuple[GridMeasure, int]], tail: float, theta: float, floor: float
+) -> TiltedComposition:
+    """Compose ``count`` copies of each measure after tilting by e^{theta x} (theta > 0),
+    keeping positions from ``floor`` up (module docstring)."""
+    step = measures[0][0].step
+    lam = _chernoff_lambdas(measures, tail)
+    tilted_logs, log_scale, tilted_cumulant, cumulant = [], 0.0, np.zeros(lam.shape), np.zeros(lam.shape)
+    for measure, count in measures:
+        logs, log_z = _log_tilted_masses(measure, theta)
+        tilted_logs.append(logs)
+        log_scale += count * log_z
+        tilted_cumulant += count * (_log_mgf(measure, theta + lam) - log_z)
+        cumulant += count * _log_mgf(measure, lam)
+    log_scale_floor = log_scale - theta * floor
+    if log_scale_floor > _MAX_LOG_SCALE:
+        raise LimitError(
+            f"a tilt of {theta:.3g} would scale the composed measure by e^{log_scale_floor:.0f} at eps={floor:.6g} "
+            f"(limit e^{_MAX_LOG_SCALE:.0f})"
+        )
+    positive = lam > 0
+    log_tail = math.log(tail) - max(log_scale_floor, 0.0)
+    with np.errstate(invalid="ignore"):
+        top = float(np.min((tilted_cumulant[positive] - log_tail) / lam[positive]))
+        bottom = float(np.max((tilted_cumulant[~positive] - log_tail) / lam[~positive]))
+    if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
+        raise LimitError("the tilted composed measure has no mass on the grid")
+    size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
+    if size > _MAX_WINDOW:
+        raise LimitError(f"the FFT window needs {size} points (limit 2**26); lower the accuracy or the number of steps")
+    log_spectrum = np.zeros(size // 2 + 1, dtype=complex)
+    base = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for (measure, count), logs in zip(measures, tilted_logs):
+            centre = int(round(measure.mean_index()))
+            index = (measure.first_index + np.arange(measure.masses.size) - centre) % size
+            placed = np.bincount(index, weights=np.exp(logs), minlength=size)
+            log_spectrum += count * np.log(sp_fft.rfft(placed))
+            base += count * (centre * step - measure.shift)
+    composed = sp_fft.irfft(np.exp(log_spectrum), size)
+    first = int(math.floor((bottom - base) / step))
+    offsets = np.arange(first, first + size)
+    positions = base + offsets * step
+    masses = composed[offsets % size]
+    high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
+    above_tilted = float(np.exp(np.min(tilted_cumulant[positive] - lam[positive] * high)))
+    below_tilted = float(np.exp(np.min(tilted_cumulant[~positive] - lam[~positive] * low)))
+    # untilted mass beyond the window: the direct Chernoff bound, or the tilted one scaled
+    # by S at the window's edge (S decreases with y for theta > 0), whichever is smaller
+    above = float(np.exp(min(np.min(cumulant[positive] - lam[positive] * high), log_scale - theta * high + math.log(max(above_tilted, 1e-300)))))
+    # untilted mass below the window that can matter (at or above ``floor``): no more
+    # than the mass below the window, nor than the mass at or above ``floor``
+    below = float(np.exp(min(np.min(cumulant[~positive] - lam[~positive] * low), np.min(cumulant[positive] - lam[positive] * floor))))
+    infinity = composed_infinity(measures)
+    total_count = sum(count for _, count in measures)
+    roundoff = max(2.0 * max(-float(masses.min()), 0.0), _U * (total_count + math.log2(size)) * float(masses.max()))
+    return TiltedComposition(
+        positions, masses, theta, log_scale, floor, above_tilted, below_tilted, above, below, infinity, roundoff, size
+    )
