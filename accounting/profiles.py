@@ -47,7 +47,7 @@ def delta_profile(
         accurate = upper[index] < 1e-14 or upper[index] - lower[index] <= relative_accuracy * upper[index]
         if evaluations and accurate:
             continue
-        evaluation, _ = delta_evaluation(description, (float(grid[index]),), relative_accuracy, None, max_refinements)
+        evaluation = delta_evaluation(description, (float(grid[index]),), relative_accuracy, None, max_refinements).evaluation
         evaluations.append(evaluation)
         for other in range(grid.size):
             tighten(other, evaluation)
