@@ -248,11 +248,11 @@ def refine(
                 break  # few steps of a law narrower than the grid: report the accuracy reached
             staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
         step = new_step
+        settled = evaluation.dominated(delta) if delta is not None else None
         if tilted:
             tilt_at, floor, _ = tilt(low, high)
-            evaluation = evaluate(components, step, tail, staged=staged, tilt_at=tilt_at, floor=floor)
+            evaluation = evaluate(components, step, tail, staged=staged, settled=settled, tilt_at=tilt_at, floor=floor)
         else:
-            settled = evaluation.dominated(delta) if delta is not None else None
             evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
         new_low, new_high = bounds_of(evaluation)
         low, high = max(low, new_low), min(high, new_high)
