@@ -3,6 +3,7 @@ staged pre-composition of laws narrower than the grid, and atom-aligned steps.""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from dataclasses import dataclass
@@ -11,6 +12,7 @@ from typing import Sequence
 import numpy as np
 
 from dpforge.accounting.prv.compose import compose
+from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, lower_measure, upper_measure
 from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
@@ -74,6 +76,8 @@ _DIRECT_LIMIT = 2**20
 
 
 _MIN_CHUNK = 8
+#: a staged chunk's law is re-discretised within this many nats of its centre
+_CENTRED_RANGE = 600.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -105,7 +109,16 @@ def _chunk(
     component: Component, direction: Direction, size: int, step: float, tail: float, kinds: Sequence[str]
 ) -> dict[str, GridMeasure]:
     """``size`` steps of one component composed on a finer grid, then discretised onto
-    ``step`` by the same constructions (valid for any measure, see DiscreteLoss)."""
+    ``step`` by the same constructions (valid for any measure, see DiscreteLoss).
+
+    The composed law is re-discretised in coordinates centred on a whole number K of
+    steps near its mean, and the result moved back by K steps: a chunk of many steps can
+    have losses in the thousands, where the Q-masses m e^{-x} of the law underflow, while
+    the profile functional only sees the shift (delta_{L - c}(eps) = delta_L(eps + c)),
+    so discretising the shifted law is discretising the law on a grid shifted by c.
+    Mass further than ``_CENTRED_RANGE`` from the centre (where e^{-x} leaves the
+    floating-point range) is moved up (upper law: below to the range's end, above to +inf)
+    or dropped (lower law), each of which keeps the bound."""
     loss = component.privacy_loss_distribution(direction)
     fine = atom_aligned_step([component], direction, bulk_spread(loss) / _RESOLUTION)
     part = [Component(component.mechanism, component.sampling_rate, size)]
@@ -114,8 +127,21 @@ def _chunk(
     for kind in kinds:
         composed = compose(inner[kind], tail)
         law = composed.upper_loss() if kind == "upper" else composed.lower_loss()
-        low, high = float(law.positions[0]), float(law.positions[-1])
-        out[kind] = (upper_measure if kind == "upper" else lower_measure)(law, step, low, high)
+        mean = float(np.dot(law.masses, law.positions) / law.masses.sum())
+        whole = int(round(mean / step))
+        centre = whole * step
+        offsets = law.positions - centre
+        if kind == "upper":  # moving mass up only raises the profile: clip into range
+            above = offsets > _CENTRED_RANGE
+            centred = DiscreteLoss(
+                np.maximum(offsets[~above], -_CENTRED_RANGE), law.masses[~above], law.infinity + float(law.masses[above].sum())
+            )
+        else:  # dropping mass only lowers the profile
+            inside = np.abs(offsets) <= _CENTRED_RANGE
+            centred = DiscreteLoss(offsets[inside], law.masses[inside], 0.0)
+        low, high = float(centred.positions[0]), float(centred.positions[-1])
+        measure = (upper_measure if kind == "upper" else lower_measure)(centred, step, low, high)
+        out[kind] = dataclasses.replace(measure, first_index=measure.first_index + whole)
     return out
 
 

@@ -19,7 +19,8 @@ from scipy import signal
 
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure
-from dpforge.errors import LimitError, ParameterError
+from dpforge.accounting.prv.limits import check_grid
+from dpforge.errors import ParameterError
 
 _U = np.finfo(float).eps / 2
 
@@ -265,11 +266,8 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
         bottom = float(np.max((cumulant[~positive] - log_tail) / lam[~positive]))
     if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
         raise ParameterError("composed privacy loss has no mass on the grid; check the mechanism parameters")
+    check_grid((top - bottom) / step + 3, "the FFT window of the composition")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
-    if size > 2**26:
-        raise LimitError(
-            f"the FFT window needs {size} points (limit 2**26); lower the accuracy or the number of steps"
-        )
     log_spectrum = np.zeros(size // 2 + 1, dtype=complex)
     base = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):

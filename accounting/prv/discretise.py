@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from dpforge.accounting.prv.limits import check_grid
 from dpforge.mechanisms.pairs import PrivacyLoss
 
 
@@ -81,6 +82,7 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> Gr
     (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022): each cell's P- and Q-mass split
     between its two ends, mass below the grid rounded up to its first point, mass above
     it moved to +inf."""
+    check_grid((high - low) / step + 2, "the pessimistic grid of one step's privacy loss")
     k_lo = int(np.floor(low / step))
     k_hi = max(int(np.ceil(high / step)), k_lo + 1)
     grid = np.arange(k_lo, k_hi + 1) * step
@@ -225,6 +227,7 @@ def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float, phase
     grid point then only lowers the profile.  Mass below the grid is dropped.  The grid
     is k*step + phase (see :func:`_choose_phase`).
     """
+    check_grid((high - low) / step + 2, "the optimistic grid of one step's privacy loss")
     if phase is None:
         phase = _choose_phase(loss, step, low, high)
     k_lo = int(np.floor((low - phase) / step))

@@ -11,6 +11,7 @@ import math
 import warnings
 from typing import Sequence
 
+from dpforge.accounting.prv import limits
 from dpforge.accounting.prv.evaluate import Evaluation, Refined, initial_step, refine
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError
@@ -42,16 +43,18 @@ def _accuracy(
     refinements: int,
     tilted: bool,
     negligible: float = 0.0,
+    warn: bool = True,
 ) -> dict:
     """What the bracket [low, high] achieved and the grid it came from; warns
     (:class:`~dpforge.errors.DpforgeAccuracyWarning`) when it is wider than asked (a delta
-    upper bound below ``negligible`` counts as reached)."""
+    upper bound below ``negligible`` counts as reached); no warning when the caller fixed
+    the grid (``warn`` false): it asked for a grid, not an accuracy."""
     achieved = (high - low) / high if high > 0 else 0.0
     if high < negligible:
         achieved_ok = True
     else:
         achieved_ok = achieved <= relative_accuracy
-    if not achieved_ok:
+    if not achieved_ok and warn:
         warnings.warn(
             f"the prv engine reached a relative width of {achieved:.3g}, not the {relative_accuracy:g} asked "
             f"(grid of {evaluation.grid_size} points after {refinements} refinements); the bounds are certified "
@@ -70,7 +73,7 @@ def _accuracy(
     }
 
 
-def epsilon(
+def _epsilon(
     description: Description,
     delta: float,
     *,
@@ -85,6 +88,8 @@ def epsilon(
     subsampling (the maximum over both directions).  The grid step is refined until
     (upper - lower) / upper <= ``relative_accuracy`` (or the grid limit is reached;
     ``accuracy['achieved']`` reports what was reached).  Pass ``step`` to fix the grid.
+    Every grid is checked against ``memory_budget`` bytes (default 2 GiB) before it is
+    allocated (:mod:`.limits`).
     """
     _reject_options(options)
     delta = require_probability_open("delta", delta)
@@ -102,7 +107,15 @@ def epsilon(
     else:
         first = initial_step(components, delta, relative_accuracy, tail)
     refined = refine(
-        components, first, tail, relative_accuracy, lambda e: e.epsilon(delta), max_refinements, delta=delta, tilt=tilt
+        components,
+        first,
+        tail,
+        relative_accuracy,
+        lambda e: e.epsilon(delta),
+        max_refinements,
+        delta=delta,
+        tilt=tilt,
+        fixed=step is not None,
     )
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
@@ -116,7 +129,7 @@ def epsilon(
         estimate=0.5 * (low + high),
         delta=delta,
         engine=NAME,
-        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted),
+        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted, warn=step is None),
     )
 
 
@@ -158,11 +171,19 @@ def delta_evaluation(
     else:
         first = initial_step(components, 1e-6, relative_accuracy, tail)
     return refine(
-        components, first, tail, relative_accuracy, bounds_of, max_refinements, tilt=tilt, negligible=NEGLIGIBLE_DELTA
+        components,
+        first,
+        tail,
+        relative_accuracy,
+        bounds_of,
+        max_refinements,
+        tilt=tilt,
+        negligible=NEGLIGIBLE_DELTA,
+        fixed=step is not None,
     )
 
 
-def delta(
+def _delta(
     description: Description,
     epsilon: float,
     *,
@@ -182,5 +203,21 @@ def delta(
         estimate=0.5 * (low + high),
         epsilon=epsilon,
         engine=NAME,
-        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted, NEGLIGIBLE_DELTA),
+        accuracy=_accuracy(
+            relative_accuracy, low, high, evaluation, refinements, refined.tilted, NEGLIGIBLE_DELTA, warn=step is None
+        ),
     )
+
+
+def epsilon(description: Description, delta: float, *, memory_budget: float | None = None, **options) -> EpsilonResult:
+    """Certified bounds on epsilon(delta) (see :func:`_epsilon`), every grid within
+    ``memory_budget`` bytes (default :data:`.limits.DEFAULT_MEMORY_BUDGET`)."""
+    with limits.memory_budget(memory_budget):
+        return _epsilon(description, delta, **options)
+
+
+def delta(description: Description, epsilon: float, *, memory_budget: float | None = None, **options) -> DeltaResult:
+    """Certified bounds on delta(epsilon) (see :func:`_delta`), every grid within
+    ``memory_budget`` bytes (default :data:`.limits.DEFAULT_MEMORY_BUDGET`)."""
+    with limits.memory_budget(memory_budget):
+        return _delta(description, epsilon, **options)

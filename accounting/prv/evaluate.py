@@ -153,12 +153,14 @@ def _narrowest_bulk(components: Sequence[Component], minimum_count: int = 8) -> 
 
 def _needs_stages(components: Sequence[Component], step: float, tail: float) -> bool:
     """True when resolving every one-step law directly (about ``_DIRECT_RESOLUTION``
-    grid steps across its bulk) would need more than ``_DIRECT_LIMIT`` grid points."""
+    grid steps across its bulk) would need more than ``_DIRECT_LIMIT`` grid points.  The
+    FFT window covers the composed law's spread, not its mean (:func:`.compose.compose`
+    centres every measure), so a large epsilon alone does not call for staging."""
     needed = min(step, _narrowest_bulk(components) / _DIRECT_RESOLUTION)
     window = 0.0
     for direction in directions_for(components):
         mean, variance, width = loss_moments(components, direction, tail)
-        window = max(window, abs(mean) + 20.0 * math.sqrt(max(variance, 0.0)) + width)
+        window = max(window, 20.0 * math.sqrt(max(variance, 0.0)) + width)
     return window / needed > _DIRECT_LIMIT
 
 
@@ -199,6 +201,7 @@ def refine(
     delta: float | None = None,
     tilt: Callable[[float, float], tuple[float, float, float]] | None = None,
     negligible: float = 0.0,
+    fixed: bool = False,
 ) -> Refined:
     """Shrink the grid step until the certified bracket is as narrow as asked (width ~ c h^2).
 
@@ -218,8 +221,11 @@ def refine(
     grid points, narrow components are composed in chunks on finer grids instead
     (``staged``) at a step of about 1.5 bulk widths, and no finer final grid is tried: the
     chunks' own grids set the width, and a finer final grid would only add chunks.
+
+    ``fixed``: evaluate at ``step`` exactly (no staging, no refinement; tilting still
+    applies), as a caller that passes its own grid step asks.
     """
-    staged = math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
+    staged = not fixed and math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
     if staged:
         # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
         step = max(step, 1.5 * _narrowest_bulk(components))
@@ -234,7 +240,7 @@ def refine(
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
     refinements = 0
-    while refinements < max_refinements:
+    while refinements < (0 if fixed else max_refinements):
         width = high - low
         if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:
             break

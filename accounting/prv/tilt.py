@@ -52,12 +52,11 @@ from dpforge.accounting.prv.compose import (
     composed_infinity,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
+from dpforge.accounting.prv.limits import check_grid
 from dpforge.errors import LimitError
 
 #: largest log S(floor) a tilted composition accepts (S(floor) = e^600 stays far from overflow)
 _MAX_LOG_SCALE = 600.0
-#: largest FFT window of any composition (points)
-_MAX_WINDOW = 2**26
 
 
 def _log_tilted_masses(measure: GridMeasure, theta: float) -> tuple[np.ndarray, float]:
@@ -175,9 +174,8 @@ def compose_tilted(
         bottom = float(np.max((tilted_cumulant[~positive] - log_tail) / lam[~positive]))
     if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
         raise LimitError("the tilted composed measure has no mass on the grid")
+    check_grid((top - bottom) / step + 3, "the FFT window of the composition")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
-    if size > _MAX_WINDOW:
-        raise LimitError(f"the FFT window needs {size} points (limit 2**26); lower the accuracy or the number of steps")
     log_spectrum = np.zeros(size // 2 + 1, dtype=complex)
     base = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):

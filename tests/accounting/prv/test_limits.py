@@ -1,0 +1,69 @@
+"""Bounded resources and extreme inputs: named-limit errors before large allocations, no
+numpy error escapes, very large epsilon in range (checked against the closed form)."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import mpmath as mp
+import pytest
+
+from dpforge.accounting import epsilon
+from dpforge.accounting.prv import limits
+from dpforge.errors import LimitError, ParameterError
+from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
+
+
+def _gaussian_epsilon(target, mu):
+    with mp.workdps(60):
+        low, high = mp.mpf(0), mp.mpf(1e9)
+        for _ in range(300):
+            middle = (low + high) / 2
+            value = mp.ncdf(-middle / mu + mu / 2) - mp.e**middle * mp.ncdf(-middle / mu - mu / 2)
+            low, high = (middle, high) if value > target else (low, middle)
+        return float(low)
+
+
+@pytest.mark.parametrize("sigma, steps", [(0.5, 1000), (0.05, 100), (0.1, 10_000), (0.2, 1_000_000)])
+def test_very_large_epsilon_is_bracketed(sigma, steps):
+    """epsilon from 2e3 to 1.25e7 (q = 1: the composition is a Gaussian with mu = sqrt(T)/sigma);
+    these used to die in numpy ("zero-size array to reduction") or overflow."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no RuntimeWarning (overflow) and no accuracy warning
+        result = epsilon(Composed([(Gaussian(sigma), steps)]), 1e-5)
+    exact = _gaussian_epsilon(mp.mpf("1e-5"), mp.sqrt(steps) / sigma)
+    assert result.lower <= exact * (1 + 1e-12) and exact * (1 - 1e-12) <= result.upper
+    assert (result.upper - result.lower) / result.upper <= 1e-3
+
+
+@pytest.mark.parametrize(
+    "description, options",
+    [
+        (Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 100_000)]), {}),  # asked for 19 GiB
+        (Composed([(PoissonSampled(Gaussian(1000.0), 1e-9), 100_000_000)]), {}),  # used 17 GiB
+        (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"step": 1e-7}),  # step= skipped the cap
+        (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"memory_budget": 1e6}),
+    ],
+    ids=["low-noise", "easy-huge-T", "tiny-step", "small-budget"],
+)
+def test_a_grid_over_the_budget_is_a_named_limit_before_allocation(description, options):
+    with pytest.raises(LimitError, match="memory budget") as caught:
+        epsilon(description, 1e-5, **options)
+    assert "\n" not in str(caught.value)
+
+
+def test_the_budget_is_configurable_and_restored():
+    description = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)])
+    assert epsilon(description, 1e-5, memory_budget=8 * 2**30).upper > 0
+    assert limits._BUDGET.get() == limits.DEFAULT_MEMORY_BUDGET
+    with pytest.raises(ParameterError, match="memory_budget"):
+        epsilon(description, 1e-5, memory_budget=-1)
+    assert limits._BUDGET.get() == limits.DEFAULT_MEMORY_BUDGET
+
+
+def test_a_fixed_step_is_used_as_given():
+    description = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)])
+    result = epsilon(description, 1e-5, step=2e-3)
+    assert result.accuracy["grid_step"] == 2e-3 and result.accuracy["refinements"] == 0
+    assert math.isfinite(result.upper) and result.lower <= result.upper
