@@ -250,17 +250,22 @@ def composed_infinity(measures: Sequence[tuple[GridMeasure, int]]) -> float:
     return -math.expm1(sum(count * math.log1p(-measure.infinity_mass) for measure, count in measures))
 
 
-def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> ComposedMeasure:
-    """Compose ``count`` copies of each measure on one FFT window: FFT composition of
-    privacy-loss distributions (Koskela, Jälkö, Honkela 2020) on a window set by Chernoff
-    bounds, with the aliasing argument of Gopi, Lee, Wutschitz 2021 (module docstring)."""
+def fft_window(
+    measures: Sequence[tuple[GridMeasure, int]],
+    weights: Sequence[np.ndarray],
+    lam: np.ndarray,
+    cumulant: np.ndarray,
+    log_tail: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The product of transforms of ``weights`` (one array per measure, on its grid; the
+    masses themselves or tilted ones), each to its count, on a window where the composed
+    law's Chernoff tails (``cumulant`` at ``lam``) are below e^{log_tail}.
+
+    Each measure is centred on its mean index before the transform (so the window covers
+    the composed spread, not its mean).  Returns (positions, window masses, the raw
+    aliased composition)."""
     step = measures[0][0].step
-    lam = _chernoff_lambdas(measures, tail)
-    cumulant = np.zeros(lam.shape)
-    for measure, count in measures:
-        cumulant += count * _log_mgf(measure, lam)
     positive = lam > 0
-    log_tail = math.log(tail)
     with np.errstate(invalid="ignore"):
         top = float(np.min((cumulant[positive] - log_tail) / lam[positive]))
         bottom = float(np.max((cumulant[~positive] - log_tail) / lam[~positive]))
@@ -271,20 +276,32 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
     log_spectrum = np.zeros(size // 2 + 1, dtype=complex)
     base = 0.0
     with np.errstate(divide="ignore", invalid="ignore"):
-        for measure, count in measures:
+        for (measure, count), values in zip(measures, weights):
             centre = int(round(measure.mean_index()))
             index = (measure.first_index + np.arange(measure.masses.size) - centre) % size
-            placed = np.bincount(index, weights=measure.masses, minlength=size)
+            placed = np.bincount(index, weights=values, minlength=size)
             log_spectrum += count * np.log(sp_fft.rfft(placed))
             base += count * (centre * step - measure.shift)
     composed = sp_fft.irfft(np.exp(log_spectrum), size)
     first = int(math.floor((bottom - base) / step))
     offsets = np.arange(first, first + size)
-    positions = base + offsets * step
-    masses = composed[offsets % size]
+    return base + offsets * step, composed[offsets % size], composed
+
+
+def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> ComposedMeasure:
+    """Compose ``count`` copies of each measure on one FFT window: FFT composition of
+    privacy-loss distributions (Koskela, Jälkö, Honkela 2020) on a window set by Chernoff
+    bounds, with the aliasing argument of Gopi, Lee, Wutschitz 2021 (module docstring)."""
+    step = measures[0][0].step
+    lam = _chernoff_lambdas(measures, tail)
+    cumulant = np.zeros(lam.shape)
+    for measure, count in measures:
+        cumulant += count * _log_mgf(measure, lam)
+    positive = lam > 0
+    positions, masses, composed = fft_window(measures, [m.masses for m, _ in measures], lam, cumulant, math.log(tail))
     # Chernoff bounds on the composed discrete measure beyond the window
     above = float(np.exp(np.min(cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
     below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
-    return ComposedMeasure(positions, masses, above, below, infinity, _roundoff_per_entry(composed, total_count), size)
+    return ComposedMeasure(positions, masses, above, below, infinity, _roundoff_per_entry(composed, total_count), composed.size)

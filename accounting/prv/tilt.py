@@ -42,7 +42,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
-from scipy import fft as sp_fft
 
 from dpforge.accounting.prv.compose import (
     _U,
@@ -50,9 +49,9 @@ from dpforge.accounting.prv.compose import (
     _chernoff_lambdas,
     _log_mgf,
     composed_infinity,
+    fft_window,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
-from dpforge.accounting.prv.limits import check_grid
 from dpforge.errors import LimitError
 
 #: largest log S(floor) a tilted composition accepts (S(floor) = e^600 stays far from overflow)
@@ -169,27 +168,8 @@ def compose_tilted(
         )
     positive = lam > 0
     log_tail = math.log(tail) - max(log_scale_floor, 0.0)
-    with np.errstate(invalid="ignore"):
-        top = float(np.min((tilted_cumulant[positive] - log_tail) / lam[positive]))
-        bottom = float(np.max((tilted_cumulant[~positive] - log_tail) / lam[~positive]))
-    if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
-        raise LimitError("the tilted composed measure has no mass on the grid")
-    check_grid((top - bottom) / step + 3, "the FFT window of the composition")
-    size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
-    log_spectrum = np.zeros(size // 2 + 1, dtype=complex)
-    base = 0.0
-    with np.errstate(divide="ignore", invalid="ignore"):
-        for (measure, count), logs in zip(measures, tilted_logs):
-            centre = int(round(measure.mean_index()))
-            index = (measure.first_index + np.arange(measure.masses.size) - centre) % size
-            placed = np.bincount(index, weights=np.exp(logs), minlength=size)
-            log_spectrum += count * np.log(sp_fft.rfft(placed))
-            base += count * (centre * step - measure.shift)
-    composed = sp_fft.irfft(np.exp(log_spectrum), size)
-    first = int(math.floor((bottom - base) / step))
-    offsets = np.arange(first, first + size)
-    positions = base + offsets * step
-    masses = composed[offsets % size]
+    positions, masses, composed = fft_window(measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail)
+    size = composed.size
     high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
     above_tilted = float(np.exp(np.min(tilted_cumulant[positive] - lam[positive] * high)))
     below_tilted = float(np.exp(np.min(tilted_cumulant[~positive] - lam[~positive] * low)))
