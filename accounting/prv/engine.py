@@ -8,6 +8,8 @@ bracket is as narrow as ``relative_accuracy`` asks (or a grid limit is reached, 
 from __future__ import annotations
 
 import math
+import os
+import sys
 import warnings
 from typing import Sequence
 
@@ -29,6 +31,16 @@ def _components(description: Description) -> list[Component]:
 def _reject_options(options: dict) -> None:
     if options:
         raise ParameterError(f"{sorted(options)[0]} is not an option of the prv engine")
+
+
+def _caller_level() -> int:
+    """The warnings stack level of the first frame outside dpforge's accounting code, so a
+    warning points at the caller's line."""
+    level, frame = 1, sys._getframe(1)
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 #: deltas below this are not refined for: a bracket [0, 1e-15] answers "negligible"
@@ -60,7 +72,7 @@ def _accuracy(
             f"(grid of {evaluation.grid_size} points after {refinements} refinements); the bounds are certified "
             "but looser than requested",
             DpforgeAccuracyWarning,
-            stacklevel=3,
+            stacklevel=_caller_level(),
         )
     return {
         "relative_accuracy": relative_accuracy,
