@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from dpforge.accounting.api import epsilon as account_epsilon
+from dpforge.accounting.prv.prefixes import epsilon_prefixes
 from dpforge.budget.plan import Plan
 
 @dataclass(frozen=True)
@@ -70,8 +70,10 @@ class VerifyReport:
 def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
     """Account the plan phase by phase and check it against its budget.
 
-    Row k holds certified bounds on epsilon(delta) of the composition of phases 0..k
-    (``epsilon(plan.description(upto=k+1), plan.delta)``).  The rows report the running
+    Row k holds certified bounds on epsilon(delta) of the composition of phases 0..k, read
+    off one prefix-product composition (:func:`dpforge.accounting.prv.prefixes.epsilon_prefixes`:
+    the whole plan is refined once, so K phases cost about one composition, not K); the
+    last row is ``epsilon(plan.description(), plan.delta)``.  The rows report the running
     maximum of each bound, so they never decrease even where two grids differ by less
     than the accuracy; this stays certified: anything above a certified upper bound is
     one, and composition only adds privacy loss, so a lower bound for a shorter prefix
@@ -79,8 +81,8 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
     """
     checks: list[PhaseCheck] = []
     upper = lower = 0.0
-    for index, phase in enumerate(plan.phases):
-        result = account_epsilon(plan.description(upto=index + 1), plan.delta, relative_accuracy=relative_accuracy)
+    results = epsilon_prefixes([phase.description() for phase in plan.phases], plan.delta, relative_accuracy=relative_accuracy)
+    for index, (phase, result) in enumerate(zip(plan.phases, results)):
         upper, lower = max(upper, result.upper), max(lower, result.lower)
         checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower))
     within = None if plan.budget_epsilon is None else upper <= plan.budget_epsilon

@@ -277,8 +277,11 @@ def test_verify_within_budget_and_cumulative_epsilon_is_non_decreasing():
     direct = epsilon(plan.description(), plan.delta)
     assert report.epsilon_upper >= direct.upper
     assert report.epsilon_upper == pytest.approx(direct.upper, rel=2e-3)
+    # row 0 comes from the prefix-product composition at the whole plan's grid: a different
+    # certified bracket from a fresh epsilon() of the prefix, so the two must overlap and agree
     first = epsilon(plan.description(upto=1), plan.delta)
-    assert uppers[0] == pytest.approx(first.upper, rel=1e-12)
+    assert lowers[0] <= first.upper and first.lower <= uppers[0]
+    assert uppers[0] == pytest.approx(first.upper, rel=2e-3)
     data = report.to_dict()
     assert data["epsilon"] == report.epsilon_upper and data["budget"] == 8.0 and data["within_budget"] is True
     assert len(data["phases"]) == 2
