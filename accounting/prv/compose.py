@@ -9,7 +9,7 @@ composed measure.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
 import numba
@@ -47,6 +47,8 @@ class ComposedProfile:
     roundoff: float
     grid_size: int
     floor: float = 0.0
+    #: epsilon(delta) answers already computed (the refinement asks the same ones again)
+    _inverted: dict = field(default_factory=dict, compare=False, repr=False)
 
     def delta(self, epsilon: float) -> float:
         """The profile at ``epsilon``: constant + sum_{x_j > eps} w_j (1 - e^{eps - x_j}),
@@ -66,6 +68,12 @@ class ComposedProfile:
         S_j = e^{-h} (w_{j+1} + S_{j+1}), a first-order filter with no overflow for any
         epsilon; between grid points the profile is A - e^{eps} B, solved exactly.
         """
+        if delta not in self._inverted:
+            self._inverted[delta] = self._epsilon(delta)
+        return self._inverted[delta]
+
+    def _epsilon(self, delta: float) -> float:
+        """The inversion, uncached."""
         if self.constant >= delta:
             return math.inf
         if self.delta(0.0) <= delta:
