@@ -1,0 +1,38 @@
+#!/usr/bin/env python
+"""``verify`` on plans of many distinct phases: time and final bracket.
+
+    python benchmarks/verify_phases.py [PHASES ...]   (default: 10 100)
+
+Phase i of K is a Gaussian with sigma_i = 0.8 + 0.4 i/(K-1), q = 0.01, 10 steps, at
+delta = 1e-5 (the S2 family of compare_peers.py, scaled).  Works against dpforge 0.1 as
+well (plans lived in dpforge.accounting.plan there), so two revisions can be compared:
+run it once with each on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+try:
+    from dpforge.budget import Phase, Plan, verify_plan
+except ImportError:  # dpforge 0.1
+    from dpforge.accounting.plan import Phase, Plan, verify_plan
+
+
+def main() -> int:
+    counts = [int(value) for value in sys.argv[1:]] or [10, 100]
+    for count in counts:
+        phases = tuple(
+            Phase("gaussian", 0.8 + 0.4 * i / max(count - 1, 1), sampling_rate=0.01, steps=10) for i in range(count)
+        )
+        plan = Plan(delta=1e-5, phases=phases)
+        start = time.perf_counter()
+        report = verify_plan(plan)
+        elapsed = time.perf_counter() - start
+        print(f"{count:5d} phases  {elapsed:8.2f} s  epsilon in [{report.epsilon_lower:.9f}, {report.epsilon_upper:.9f}]")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
