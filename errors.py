@@ -51,6 +51,19 @@ class DpforgeAccuracyWarning(UserWarning):
     requested relative accuracy); the result's ``accuracy`` says what was reached."""
 
 
+def warn_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first frame outside dpforge's own modules, so a
+    warning points at the line of the user's code that asked for the result."""
+    import sys
+    import warnings
+
+    # stacklevel 1 is this function; 2 its caller, and so on up to the first frame outside dpforge
+    level, frame = 2, sys._getframe(1)
+    while frame is not None and str(frame.f_globals.get("__name__", "")).startswith("dpforge"):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
 __all__ = [
     "CalibrationError",
     "DpforgeAccuracyWarning",
@@ -59,4 +72,5 @@ __all__ = [
     "LimitError",
     "ParameterError",
     "UnsupportedError",
+    "warn_caller",
 ]

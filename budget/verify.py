@@ -73,17 +73,24 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
     Row k holds certified bounds on epsilon(delta) of the composition of phases 0..k, read
     off one prefix-product composition (:func:`dpforge.accounting.prv.prefixes.epsilon_prefixes`:
     the whole plan is refined once, so K phases cost about one composition, not K); the
-    last row is ``epsilon(plan.description(), plan.delta)``.  The rows report the running
-    maximum of each bound, so they never decrease even where two grids differ by less
-    than the accuracy; this stays certified: anything above a certified upper bound is
-    one, and composition only adds privacy loss, so a lower bound for a shorter prefix
-    is also one for every longer prefix.
+    last row is ``epsilon(plan.description(), plan.delta)``, and it decides the budget.
+    Composition only adds privacy loss, so a longer prefix's certified upper bound is also
+    one for every shorter prefix, and a shorter prefix's lower bound is also one for every
+    longer prefix: each row reports the smallest upper bound of itself and the rows after
+    it and the largest lower bound of itself and the rows before it, so the columns never
+    decrease and stay certified.
     """
     checks: list[PhaseCheck] = []
     upper = lower = 0.0
     results = epsilon_prefixes([phase.description() for phase in plan.phases], plan.delta, relative_accuracy=relative_accuracy)
+    # composition only adds privacy loss: a later prefix's certified upper bound is also one
+    # for every earlier prefix (suffix minimum), and an earlier prefix's lower bound is one
+    # for every later prefix (running maximum)
+    uppers = [result.upper for result in results]
+    for index in range(len(uppers) - 2, -1, -1):
+        uppers[index] = min(uppers[index], uppers[index + 1])
     for index, (phase, result) in enumerate(zip(plan.phases, results)):
-        upper, lower = max(upper, result.upper), max(lower, result.lower)
+        upper, lower = uppers[index], max(lower, result.lower)
         checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower))
     within = None if plan.budget_epsilon is None else upper <= plan.budget_epsilon
     return VerifyReport(

@@ -8,15 +8,12 @@ bracket is as narrow as ``relative_accuracy`` asks (or a grid limit is reached, 
 from __future__ import annotations
 
 import math
-import os
-import sys
-import warnings
 from typing import Sequence
 
 from dpforge.accounting.prv import limits
 from dpforge.accounting.prv.evaluate import Evaluation, Refined, initial_step, refine
 from dpforge.accounting.results import DeltaResult, EpsilonResult
-from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError
+from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.validation import require_non_negative, require_positive, require_probability_open
 
@@ -31,16 +28,6 @@ def _components(description: Description) -> list[Component]:
 def _reject_options(options: dict) -> None:
     if options:
         raise ParameterError(f"{sorted(options)[0]} is not an option of the prv engine")
-
-
-def _caller_level() -> int:
-    """The warnings stack level of the first frame outside dpforge's accounting code, so a
-    warning points at the caller's line."""
-    level, frame = 1, sys._getframe(1)
-    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 #: deltas below this are not refined for: a bracket [0, 1e-15] answers "negligible"
@@ -67,12 +54,11 @@ def _accuracy(
     else:
         achieved_ok = achieved <= relative_accuracy
     if not achieved_ok and warn:
-        warnings.warn(
+        warn_caller(
             f"the prv engine reached a relative width of {achieved:.3g}, not the {relative_accuracy:g} asked "
             f"(grid of {evaluation.grid_size} points after {refinements} refinements); the bounds are certified "
             "but looser than requested",
             DpforgeAccuracyWarning,
-            stacklevel=_caller_level(),
         )
     return {
         "relative_accuracy": relative_accuracy,

@@ -11,7 +11,6 @@ epsilon(parameter) is a smooth, monotone function a root finder can trust: calib
 from __future__ import annotations
 
 import math
-import warnings
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
@@ -28,7 +27,7 @@ from dpforge.accounting.prv.components import (
 )
 from dpforge.accounting.prv.compose import ComposedProfile, compose
 from dpforge.accounting.prv.tilt import compose_tilted, saddle_tilt
-from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, ParameterError
+from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
 
 #: largest grid (points) the refinement may ask for
@@ -255,21 +254,23 @@ def refine(
             staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
         step = new_step
         settled = evaluation.dominated(delta) if delta is not None else None
-        if tilted:
-            tilt_at, floor, _ = tilt(low, high)
-            evaluation = evaluate(components, step, tail, staged=staged, settled=settled, tilt_at=tilt_at, floor=floor)
-        else:
-            evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
+        try:
+            if tilted:
+                tilt_at, floor, _ = tilt(low, high)
+                evaluation = evaluate(components, step, tail, staged=staged, settled=settled, tilt_at=tilt_at, floor=floor)
+            else:
+                evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
+        except LimitError:
+            break  # a finer grid would pass a named limit: keep the certified bracket reached
         new_low, new_high = bounds_of(evaluation)
         low, high = max(low, new_low), min(high, new_high)
         refinements += 1
     if low > high:
         # two certified bounds cannot cross: this is a defect, reported rather than hidden
-        warnings.warn(
+        warn_caller(
             f"the prv engine's certified lower bound {low!r} exceeds its upper bound {high!r}; "
             "the lower bound is replaced by the upper bound (please report this description)",
             DpforgeAccuracyWarning,
-            stacklevel=4,
         )
         low = high
     return Refined(evaluation, refinements, low, high, tilted)

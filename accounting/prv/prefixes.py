@@ -14,7 +14,6 @@ last row is the full refined result.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Sequence
 
 import numpy as np
@@ -32,7 +31,7 @@ from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.engine import epsilon as prv_epsilon
 from dpforge.accounting.prv.limits import check_grid, memory_budget
 from dpforge.accounting.results import EpsilonResult
-from dpforge.errors import DpforgeAccuracyWarning, ParameterError
+from dpforge.errors import DpforgeAccuracyWarning, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.validation import require_probability_open
 
@@ -129,11 +128,10 @@ def epsilon_prefixes(
     results = []
     for index, (low, high) in enumerate(rows):
         if low > high:  # two certified bounds cannot cross: a defect, reported rather than hidden
-            warnings.warn(
+            warn_caller(
                 f"prefix {index}: the certified lower bound {low!r} exceeds the upper bound {high!r}; "
                 "the lower bound is replaced by the upper bound (please report this plan)",
                 DpforgeAccuracyWarning,
-                stacklevel=2,
             )
             low = high
         results.append(

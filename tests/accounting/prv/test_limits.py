@@ -11,7 +11,7 @@ import pytest
 
 from dpforge.accounting import epsilon
 from dpforge.accounting.prv import limits
-from dpforge.errors import LimitError, ParameterError
+from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError
 from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
 
 
@@ -42,8 +42,8 @@ def test_very_large_epsilon_is_bracketed(sigma, steps):
     [
         (Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 100_000)]), {}),  # asked for 19 GiB
         (Composed([(PoissonSampled(Gaussian(1000.0), 1e-9), 100_000_000)]), {}),  # used 17 GiB
-        (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"step": 1e-7}),  # step= skipped the cap
-        (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"memory_budget": 1e6}),
+        (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"step": 5e-8}),  # step= skipped the cap
+        (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"memory_budget": 1e4}),
     ],
     ids=["low-noise", "easy-huge-T", "tiny-step", "small-budget"],
 )
@@ -67,3 +67,13 @@ def test_a_fixed_step_is_used_as_given():
     result = epsilon(description, 1e-5, step=2e-3)
     assert result.accuracy["grid_step"] == 2e-3 and result.accuracy["refinements"] == 0
     assert math.isfinite(result.upper) and result.lower <= result.upper
+
+
+def test_a_refinement_over_the_budget_keeps_the_bracket_reached_and_says_so():
+    description = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)])
+    with pytest.warns(DpforgeAccuracyWarning, match="looser than requested") as caught:
+        result = epsilon(description, 1e-5, memory_budget=1e6)
+    assert caught[0].filename == __file__  # the warning points at the caller's line
+    assert not result.accuracy["reached"] and result.accuracy["achieved"] > 1e-3
+    fine = epsilon(description, 1e-5)
+    assert result.lower <= fine.upper and fine.lower <= result.upper
