@@ -29,10 +29,12 @@ is the maximum over the two directions.
 
 Modules, in the order a query flows through them: :mod:`.discretise` (one law onto a
 grid, both ways), :mod:`.components` (truncation, staging, every component of a
-description), :mod:`.compose` (FFT composition and the composed profile),
+description), :mod:`.compose` (FFT composition and the composed profile), :mod:`.tilt`
+(exponentially tilted composition for tiny delta), :mod:`.limits` (the memory budget),
 :mod:`.evaluate` (one evaluation at a grid step, the refinement loop, and the public
-fixed-grid evaluator used by calibration and the search) and :mod:`.engine` (the
-``epsilon``/``delta`` entry points registered as engine "prv").
+fixed-grid evaluator used by calibration and the search), :mod:`.engine` (the
+``epsilon``/``delta`` entry points registered as engine "prv") and :mod:`.prefixes`
+(epsilon after every prefix of a sequence, for ``verify``).
 """
 
 from dpforge import _deprecated
