@@ -127,8 +127,8 @@ def _chunk(
     for kind in kinds:
         composed = compose(inner[kind], tail)
         law = composed.upper_loss() if kind == "upper" else composed.lower_loss()
-        mean = float(np.dot(law.masses, law.positions) / law.masses.sum())
-        whole = int(round(mean / step))
+        total = float(law.masses.sum())
+        whole = int(round(float(np.dot(law.masses, law.positions)) / total / step)) if total > 0 else 0
         centre = whole * step
         offsets = law.positions - centre
         if kind == "upper":  # moving mass up only raises the profile: clip into range

@@ -34,26 +34,8 @@ steps = 50
 """
 
 
-def run_json(capsys, *argv: str) -> dict:
-    """Run ``main`` in-process with ``--json``; exit code 0 and exactly one JSON object."""
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert err == ""
-    return json.loads(out)
 
 
-def run_error(capsys, *argv: str) -> str:
-    """Run ``main`` in-process expecting a usage error: exit code 2, one line on stderr."""
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 2, (out, err)
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1, err
-    assert lines[0].startswith("dpforge: error: ")
-    assert "Traceback" not in err
-    return lines[0]
 
 
 def run_module(*argv: str) -> subprocess.CompletedProcess:
@@ -72,8 +54,8 @@ def write(tmp_path: Path, text: str, name: str = "plan.toml") -> str:
 
 
 @pytest.mark.parametrize("mechanism", [GAUSSIAN, LAPLACE], ids=["gaussian", "laplace"])
-def test_epsilon_json(capsys, mechanism):
-    data = run_json(capsys, "epsilon", *mechanism, "--delta", "1e-5")
+def test_epsilon_json(mechanism, run_json):
+    data = run_json("epsilon", *mechanism, "--delta", "1e-5")
     for key in ("epsilon", "lower", "upper", "estimate", "delta", "engine"):
         assert key in data
     assert data["epsilon"] == data["upper"]
@@ -91,43 +73,43 @@ def test_epsilon_human_table(capsys):
     assert any(line.split() == ["engine", "prv"] for line in out.splitlines())
 
 
-def test_epsilon_of_a_plan_file_uses_the_plan_delta(capsys, tmp_path):
+def test_epsilon_of_a_plan_file_uses_the_plan_delta(tmp_path, run_json):
     plan = write(tmp_path, PLAN_WITHIN)
-    data = run_json(capsys, "epsilon", "--plan", plan)
+    data = run_json("epsilon", "--plan", plan)
     assert data["delta"] == 1e-5 and data["epsilon"] == data["upper"]
-    other = run_json(capsys, "epsilon", "--plan", plan, "--delta", "1e-3")
+    other = run_json("epsilon", "--plan", plan, "--delta", "1e-3")
     assert other["delta"] == 1e-3 and other["upper"] < data["upper"]
 
 
-def test_delta_json(capsys):
-    data = run_json(capsys, "delta", *GAUSSIAN, "--epsilon", "0.5")
+def test_delta_json(run_json):
+    data = run_json("delta", *GAUSSIAN, "--epsilon", "0.5")
     for key in ("delta", "lower", "upper", "epsilon", "engine"):
         assert key in data
     assert data["delta"] == data["upper"]
     assert 0 <= data["lower"] <= data["upper"] < 1
     assert data["epsilon"] == 0.5
     # epsilon = 0 is allowed (delta is then the total variation distance)
-    assert run_json(capsys, "delta", *LAPLACE, "--epsilon", "0")["upper"] > 0
+    assert run_json("delta", *LAPLACE, "--epsilon", "0")["upper"] > 0
 
 
-def test_epsilon_and_delta_are_consistent(capsys):
-    eps = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5")
-    dlt = run_json(capsys, "delta", *GAUSSIAN, "--epsilon", repr(eps["upper"]))
+def test_epsilon_and_delta_are_consistent(run_json):
+    eps = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5")
+    dlt = run_json("delta", *GAUSSIAN, "--epsilon", repr(eps["upper"]))
     assert dlt["upper"] <= 1e-5 * 1.01
 
 
-def test_calibrate_gaussian_json(capsys):
-    data = run_json(capsys, "calibrate", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "200")
+def test_calibrate_gaussian_json(run_json):
+    data = run_json("calibrate", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "200")
     for key in ("noise_multiplier", "epsilon", "target_epsilon", "delta"):
         assert key in data
     assert data["noise_multiplier"] > 0
     assert data["target_epsilon"] * (1 - 2e-3) <= data["epsilon"] <= data["target_epsilon"] == 1.0
-    check = run_json(capsys, "epsilon", "--noise-multiplier", repr(data["noise_multiplier"]), "--sampling-rate", "0.01", "--steps", "200", "--delta", "1e-5")
+    check = run_json("epsilon", "--noise-multiplier", repr(data["noise_multiplier"]), "--sampling-rate", "0.01", "--steps", "200", "--delta", "1e-5")
     assert check["lower"] <= 1.0
 
 
-def test_calibrate_laplace_json(capsys):
-    data = run_json(capsys, "calibrate", "--noise", "laplace", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "50")
+def test_calibrate_laplace_json(run_json):
+    data = run_json("calibrate", "--noise", "laplace", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "50")
     assert "scale" in data and "noise_multiplier" not in data
     assert data["scale"] > 0 and data["epsilon"] <= 1.0
 
@@ -141,7 +123,7 @@ def test_calibrate_human_table(capsys):
 # --------------------------------------------------------------------------- verify
 
 
-def test_verify_exit_codes_in_process(capsys, tmp_path):
+def test_verify_exit_codes_in_process(capsys, tmp_path, run_error):
     within = write(tmp_path, PLAN_WITHIN, "within.toml")
     assert main(["verify", within]) == 0
     out, err = capsys.readouterr()
@@ -162,13 +144,13 @@ def test_verify_exit_codes_in_process(capsys, tmp_path):
     capsys.readouterr()
 
     invalid = write(tmp_path, PLAN_WITHIN.replace("steps = 50", "steps = 2.5"), "invalid.toml")
-    message = run_error(capsys, "verify", invalid)
+    message = run_error("verify", invalid)
     assert "invalid.toml" in message and "phases[1].steps" in message
 
 
-def test_verify_json(capsys, tmp_path):
+def test_verify_json(capsys, tmp_path, run_json):
     within = write(tmp_path, PLAN_WITHIN)
-    data = run_json(capsys, "verify", within)
+    data = run_json("verify", within)
     for key in ("epsilon", "budget", "within_budget", "phases"):
         assert key in data
     assert data["budget"] == 8.0 and data["within_budget"] is True
@@ -267,8 +249,8 @@ BAD_FLAGS = [
 
 
 @pytest.mark.parametrize("argv, fragments", BAD_FLAGS, ids=[" ".join(argv) for argv, _ in BAD_FLAGS])
-def test_bad_flags_are_one_line_errors_with_exit_code_2(capsys, argv, fragments):
-    message = run_error(capsys, *argv)
+def test_bad_flags_are_one_line_errors_with_exit_code_2(argv, fragments, run_error):
+    message = run_error(*argv)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
 
@@ -292,21 +274,21 @@ BAD_PLANS = [
 
 
 @pytest.mark.parametrize("text, fragments", BAD_PLANS, ids=[str(i) for i in range(len(BAD_PLANS))])
-def test_invalid_plans_exit_2_for_verify_and_epsilon(capsys, tmp_path, text, fragments):
+def test_invalid_plans_exit_2_for_verify_and_epsilon(tmp_path, text, fragments, run_error):
     plan = write(tmp_path, text)
     for argv in (["verify", plan], ["verify", "--plan", plan, "--json"], ["epsilon", "--plan", plan], ["delta", "--plan", plan, "--epsilon", "1"]):
-        message = run_error(capsys, *argv)
+        message = run_error(*argv)
         assert "plan.toml" in message
         for fragment in fragments:
             assert fragment in message, f"{fragment!r} not in {message!r}"
 
 
-def test_plan_problems_outside_the_file(capsys, tmp_path):
-    assert "cannot read" in run_error(capsys, "verify", str(tmp_path / "absent.toml"))
+def test_plan_problems_outside_the_file(tmp_path, run_error):
+    assert "cannot read" in run_error("verify", str(tmp_path / "absent.toml"))
     plan = write(tmp_path, PLAN_WITHIN)
-    assert "--plan cannot be combined with --steps" in run_error(capsys, "epsilon", "--plan", plan, "--steps", "3")
-    assert "--budget" in run_error(capsys, "verify", plan, "--budget", "-1")
-    assert "once" in run_error(capsys, "verify", plan, "--plan", str(tmp_path / "other.toml"))
+    assert "--plan cannot be combined with --steps" in run_error("epsilon", "--plan", plan, "--steps", "3")
+    assert "--budget" in run_error("verify", plan, "--budget", "-1")
+    assert "once" in run_error("verify", plan, "--plan", str(tmp_path / "other.toml"))
 
 
 def test_help_exits_0(capsys):
@@ -328,16 +310,16 @@ def test_help_imports_no_engine_plot_or_search():
     assert result.stdout.strip() == "[]"
 
 
-def test_engine_choices_are_the_registry(capsys):
+def test_engine_choices_are_the_registry(run_error):
     from dpforge.accounting.api import engine_names
 
-    message = run_error(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "magic")
+    message = run_error("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "magic")
     assert "invalid choice: 'magic'" in message
     for name in engine_names():
         assert repr(name) in message
 
 
-def test_errors_are_decided_by_type_not_text(capsys, monkeypatch):
+def test_errors_are_decided_by_type_not_text(monkeypatch, run_error):
     import dpforge.accounting
     from dpforge.cli.flags import CliError
     from dpforge.errors import CalibrationError, DpforgeError, InputFileError
@@ -352,14 +334,14 @@ def test_errors_are_decided_by_type_not_text(capsys, monkeypatch):
 
     # a CalibrationError is reported as it is, whatever its text
     monkeypatch.setattr(dpforge.accounting, "calibrate_noise_multiplier", raising(CalibrationError("no sigma in [1, 2]")))
-    assert run_error(capsys, *argv) == "dpforge: error: no sigma in [1, 2]"
+    assert run_error(*argv) == "dpforge: error: no sigma in [1, 2]"
     # any other error of the library is named as a failed calibration
     monkeypatch.setattr(dpforge.accounting, "calibrate_noise_multiplier", raising(OverflowError("math range error")))
-    message = run_error(capsys, *argv)
+    message = run_error(*argv)
     assert message.startswith("dpforge: error: cannot calibrate gaussian noise") and message.endswith("math range error")
     # every DpforgeError and OSError is one line with exit code 2
     argv = ["epsilon", *GAUSSIAN, "--delta", "1e-5"]
     monkeypatch.setattr(dpforge.accounting, "epsilon", raising(InputFileError("a\nb")))
-    assert run_error(capsys, *argv) == "dpforge: error: a b"
+    assert run_error(*argv) == "dpforge: error: a b"
     monkeypatch.setattr(dpforge.accounting, "epsilon", raising(FileNotFoundError(2, "No such file", "x.toml")))
-    assert run_error(capsys, *argv) == "dpforge: error: x.toml: No such file"
+    assert run_error(*argv) == "dpforge: error: x.toml: No such file"

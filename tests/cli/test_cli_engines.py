@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 
 import pytest
@@ -15,58 +14,44 @@ GAUSSIAN = ["--noise-multiplier", "1.0", "--sampling-rate", "0.02", "--steps", "
 MC = ["--engine", "montecarlo", "--samples", "4000", "--seed", "7"]
 
 
-def run_json(capsys, *argv: str) -> dict:
-    code = main([*argv, "--json"])
-    out, err = capsys.readouterr()
-    assert code == 0, err
-    assert err == ""
-    return json.loads(out)
 
 
-def run_error(capsys, *argv: str) -> str:
-    code = main(list(argv))
-    out, err = capsys.readouterr()
-    assert code == 2, (out, err)
-    assert out == ""
-    lines = err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("dpforge: error: "), err
-    return lines[0]
 
 
-def test_epsilon_montecarlo_json_has_samples_and_confidence(capsys):
-    data = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", *MC, "--confidence", "0.95")
+def test_epsilon_montecarlo_json_has_samples_and_confidence(run_json):
+    data = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", *MC, "--confidence", "0.95")
     assert data["engine"] == "montecarlo"
     assert data["samples"] == 4000 and data["confidence"] == 0.95 and data["bound"] == "high-probability"
     assert data["lower"] <= data["estimate"] <= data["upper"] == data["epsilon"]
     assert data["accuracy"]["seed"] == 7
     assert data["description"]["steps"] == 100
     # the same seed gives the same numbers
-    again = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", *MC, "--confidence", "0.95")
+    again = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", *MC, "--confidence", "0.95")
     assert again["upper"] == data["upper"] and again["lower"] == data["lower"]
-    prv = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5")
+    prv = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5")
     assert prv["engine"] == "prv" and "samples" not in prv
     assert prv["lower"] <= data["upper"] <= 1.05 * prv["upper"]
 
 
-def test_delta_montecarlo_json(capsys):
-    data = run_json(capsys, "delta", *LAPLACE, "--epsilon", "0.5", *MC)
+def test_delta_montecarlo_json(run_json):
+    data = run_json("delta", *LAPLACE, "--epsilon", "0.5", *MC)
     assert data["engine"] == "montecarlo" and data["samples"] == 4000 and data["confidence"] == 0.99
     assert 0.0 <= data["lower"] <= data["upper"] == data["delta"] <= 1.0
 
 
-def test_samples_accepts_scientific_notation(capsys):
-    data = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "montecarlo", "--samples", "3e3", "--seed", "1")
+def test_samples_accepts_scientific_notation(run_json):
+    data = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "montecarlo", "--samples", "3e3", "--seed", "1")
     assert data["samples"] == 3000
 
 
-def test_pure_engine(capsys):
-    data = run_json(capsys, "epsilon", *LAPLACE, "--delta", "1e-5", "--engine", "pure")
+def test_pure_engine(run_json, run_error):
+    data = run_json("epsilon", *LAPLACE, "--delta", "1e-5", "--engine", "pure")
     assert data["engine"] == "pure"
     assert data["upper"] == pytest.approx(200 * math.log1p(0.016 * math.expm1(0.5)), rel=1e-12)
     assert "samples" not in data
-    delta = run_json(capsys, "delta", *LAPLACE, "--epsilon", "100", "--engine", "pure")
+    delta = run_json("delta", *LAPLACE, "--epsilon", "100", "--engine", "pure")
     assert delta["upper"] == 0.0
-    line = run_error(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "pure")
+    line = run_error("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "pure")
     assert "Gaussian" in line
 
 
@@ -91,19 +76,19 @@ def test_table_output_names_the_bound(capsys):
         (["--engine", "magic"], "invalid choice: 'magic'"),
     ],
 )
-def test_bad_engine_flags(capsys, extra, message):
-    line = run_error(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", *extra)
+def test_bad_engine_flags(extra, message, run_error):
+    line = run_error("epsilon", *GAUSSIAN, "--delta", "1e-5", *extra)
     assert message in line
 
 
-def test_delta_too_small_for_the_samples_is_a_one_line_error(capsys):
-    line = run_error(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "montecarlo", "--samples", "10")
+def test_delta_too_small_for_the_samples_is_a_one_line_error(run_error):
+    line = run_error("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "montecarlo", "--samples", "10")
     assert "samples=10" in line and "would need" in line
 
 
 @pytest.mark.skipif(importlib.util.find_spec("dpforge.accounting.rdp") is None, reason="rdp engine not available yet")
-def test_rdp_engine_flag(capsys):
-    data = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "rdp")
+def test_rdp_engine_flag(run_json):
+    data = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "rdp")
     assert data["engine"] == "rdp"
-    prv = run_json(capsys, "epsilon", *GAUSSIAN, "--delta", "1e-5")
+    prv = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5")
     assert data["upper"] >= prv["lower"]
