@@ -55,6 +55,7 @@ class _EngineEvaluator:
         self.options = options
         self.evaluations = 0
         self.cache: dict[float, float] = {}
+        self.lowers: dict[float, float] = {}  # the engine's certified lower bound at each parameter
 
     def __call__(self, parameter: float) -> float:
         if parameter not in self.cache:
@@ -63,7 +64,9 @@ class _EngineEvaluator:
             except ValueError as error:
                 kind = type(error) if isinstance(error, DpforgeError) else ParameterError
                 raise kind(f"make_description({parameter:g}) failed: {error}") from None
-            self.cache[parameter] = self.engine.epsilon(description, self.delta, **self.options).upper
+            result = self.engine.epsilon(description, self.delta, **self.options)
+            self.cache[parameter] = result.upper
+            self.lowers[parameter] = result.lower
             self.evaluations += 1
         return self.cache[parameter]
 
@@ -266,6 +269,8 @@ def calibrate(
             evaluations=found.evaluations,
             engine=engine,
             parameter_name=parameter_name,
+            # the engine's own lower bound at the answer (prv: set by the epsilon() check below)
+            lower=getattr(evaluate, "lowers", {}).get(found.parameter, math.nan),
         )
 
     best = search(start)

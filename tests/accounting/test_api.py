@@ -68,6 +68,7 @@ def test_calibrate_on_other_engines_meets_their_certified_bound(engine):
         result = calibrate_laplace_scale(0.02, 100, 2.0, 1e-5, engine="pure")
     assert result.engine == engine
     assert 2.0 * (1 - 1e-3) <= result.epsilon <= 2.0
+    assert 0.0 <= result.lower <= result.epsilon  # the engine's own certified lower bound, never NaN
     assert math.isfinite(result.parameter)
 
 
