@@ -26,6 +26,7 @@ from dpforge.accounting.api import engine_names
 from dpforge.accounting.api import epsilon as account_epsilon
 from dpforge.accounting.profiles import delta_profile
 from dpforge.accounting.rdp import DEFAULT_ORDERS, rdp_curve
+from dpforge.files import atomic_write_with
 from dpforge.budget.plan import Plan
 from dpforge.errors import ParameterError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
@@ -396,6 +397,8 @@ def plot_rdp_curves(
 def save(ax: Any, path: str | os.PathLike[str], *, dpi: int = 120) -> str:
     """Write the figure of ``ax`` to ``path`` (format from the suffix); return the path."""
     path = os.fspath(path)
-    ax.figure.savefig(path, dpi=dpi)
+    suffix = os.path.splitext(path)[1][1:].lower() or None
+    # written atomically: a crash never leaves a truncated figure (dpforge.files)
+    atomic_write_with(path, lambda handle: ax.figure.savefig(handle, dpi=dpi, format=suffix))
     return path
 

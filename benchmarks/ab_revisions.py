@@ -99,7 +99,9 @@ def main() -> int:
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base_tree)], capture_output=True)
     if args.json_out:
-        Path(args.json_out).write_text(json.dumps({"base": args.base, "repeats": args.repeats, "rows": rows}, indent=2) + "\n")
+        from dpforge.files import atomic_write_text  # the working tree's
+
+        atomic_write_text(args.json_out, json.dumps({"base": args.base, "repeats": args.repeats, "rows": rows}, indent=2) + "\n")
     return 0
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from dpforge.accounting import delta
 from dpforge.accounting.profiles import delta_profile
 from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
+from dpforge.files import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 DESCRIPTION = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)])
@@ -73,7 +74,7 @@ def main() -> None:
     print(f"ratio delta_profile / per point: {profile_seconds / loop_seconds:.3f}")
     payload = {"machine": _machine_info(), "points": args.points, "repeats": args.repeats, "rows": rows,
                "ratio": profile_seconds / loop_seconds}
-    Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
+    atomic_write_text(args.json_out, json.dumps(payload, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ from dpforge.accounting.montecarlo.runner import _chunking, _run_chunk
 from dpforge.accounting.pure import pure_epsilon
 from dpforge.mechanisms.base import Gaussian, Laplace, PureDP
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
+from dpforge.files import atomic_write_text
 
 N_EXAMPLES = 1000
 BATCH = 16
@@ -225,7 +226,7 @@ def main(argv=None) -> int:
         "total_seconds": time.perf_counter() - started,
     }
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2) + "\n")
+    atomic_write_text(args.output, json.dumps(report, indent=2) + "\n")
     print("## DP-ZO (n=1000, q=0.016, C=1, Laplace, delta=1e-5)\n")
     print(markdown(rows))
     print(f"\nThroughput ({rate['threads']} threads): {rate['tilted_k6_draws_per_second']:.3g} draws/s tilted, "

@@ -24,6 +24,7 @@ from typing import Any
 
 from dpforge.accounting import epsilon
 from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
+from dpforge.files import atomic_write_text
 
 HERE = Path(__file__).resolve().parent
 DELTA = 1e-5
@@ -121,7 +122,7 @@ def main() -> None:
     rows = run(args.repeats, args.samples)
     print(table(rows))
     payload = {"machine": _machine_info(), "delta": DELTA, "repeats": args.repeats, "samples": args.samples, "rows": rows}
-    Path(args.json_out).write_text(json.dumps(payload, indent=2) + "\n")
+    atomic_write_text(args.json_out, json.dumps(payload, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ import numpy as np
 from dpforge.accounting import epsilon
 from dpforge.accounting.rdp.lmo import lmo_rdp_exact, lmo_rdp_mgf_bound, noise_rdp
 from dpforge.mechanisms import LMO, Composed, Laplace, PoissonSampled
+from dpforge.files import atomic_write_text
 
 MECHANISM = LMO(
     weights=(0.5, 0.2, 0.3),
@@ -86,7 +87,8 @@ def main() -> None:
         print(f"| {name} | {shown} | {shown_target} | {ratio} | {note} |")
         records.append({"workload": name, "median_s": seconds, "target_s": target, "note": note})
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(
+    atomic_write_text(
+        args.json_out,
         json.dumps(
             {
                 "machine": {"platform": platform.platform(), "processor": platform.processor(), "python": platform.python_version()},

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from dpforge.accounting import calibrate_laplace_scale
 from dpforge.design.search import lmo_search
+from dpforge.files import atomic_write_text
 
 DELTA = 1e-5
 SAMPLING_RATE = 0.01
@@ -103,7 +104,8 @@ def main() -> None:
             f"| {r['evaluations']} | {record['wall_s']:.1f} s{' (stopped early)' if r['stopped_early'] else ''} |"
         )
     args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(
+    atomic_write_text(
+        args.json_out,
         json.dumps(
             {
                 "machine": {

@@ -35,6 +35,7 @@ from torch.profiler import ProfilerActivity, profile
 from dpforge.mechanisms import LMO, Gaussian, Laplace
 from dpforge.train.dpzo import DPZero
 from dpforge.train.noise import sample_noise
+from dpforge.files import atomic_write_text
 
 MECHANISMS = {
     "gaussian": Gaussian(1.0),
@@ -183,8 +184,7 @@ def main(argv=None) -> int:
         report["memory"].append(row)
         print(f"{device.type} memory (MB above what was live): " + ", ".join(f"{k} {v:.1f}" for k, v in row.items() if k != "device"))
     if args.json:
-        with open(args.json, "w") as handle:
-            json.dump(report, handle, indent=2)
+        atomic_write_text(args.json, json.dumps(report, indent=2))
     return 0
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from dpforge.files import atomic_write_text
+
 if TYPE_CHECKING:  # pragma: no cover - typing only
     from dpforge.budget.plan import Plan
 
@@ -59,6 +61,6 @@ def plan_to_toml(plan: Plan) -> str:
 
 
 def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
-    """Write ``plan`` as TOML (UTF-8) to ``path``."""
-    with open(os.fspath(path), "w", encoding="utf-8") as handle:
-        handle.write(plan_to_toml(plan))
+    """Write ``plan`` as TOML (UTF-8) to ``path`` atomically (:mod:`dpforge.files`): a
+    crash leaves the old file or the new one, never an empty or partial plan."""
+    atomic_write_text(path, plan_to_toml(plan))

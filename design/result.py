@@ -19,10 +19,12 @@ import dataclasses
 import json
 import math
 import numbers
+import os
 from dataclasses import dataclass
 from typing import Any
 
 from dpforge.errors import InputFileError
+from dpforge.files import atomic_write_text
 from dpforge.mechanisms.lmo import LMO
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 from dpforge.validation import require_count
@@ -102,6 +104,10 @@ class LMOSearchResult:
     def to_json(self, indent: int | None = None) -> str:
         """:meth:`to_dict` as strict JSON text (no NaN/Infinity literals)."""
         return json.dumps(self.to_dict(), allow_nan=False, indent=indent)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_json` (indented) to ``path`` atomically (:mod:`dpforge.files`)."""
+        atomic_write_text(path, self.to_json(indent=2) + "\n")
 
     @classmethod
     def from_dict(cls, data: dict) -> "LMOSearchResult":

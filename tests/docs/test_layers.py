@@ -28,6 +28,7 @@ ROWS: dict[str, int] = {
     "dpforge.errors": 0,
     "dpforge.validation": 0,
     "dpforge.parallel": 0,
+    "dpforge.files": 0,
     "dpforge.mechanisms": 1,
     "dpforge.accounting": 2,
     "dpforge.design": 3,

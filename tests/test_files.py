@@ -1,0 +1,68 @@
+"""Atomic writes: the destination is the old file or the new one, never a mix."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from dpforge.files import atomic_write_bytes, atomic_write_text, atomic_writer
+
+
+def test_write_and_replace(tmp_path):
+    path = tmp_path / "out.txt"
+    atomic_write_text(path, "one\n")
+    assert path.read_text() == "one\n"
+    atomic_write_bytes(path, b"two")
+    assert path.read_bytes() == b"two"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # no temporary left
+
+
+def test_error_leaves_old_file_and_no_temporary(tmp_path):
+    path = tmp_path / "out.txt"
+    path.write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_writer(path) as handle:
+            handle.write(b"half of the new")
+            raise RuntimeError("crash")
+    assert path.read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+
+
+def test_permissions_follow_umask(tmp_path):
+    path = tmp_path / "out.txt"
+    atomic_write_text(path, "x")
+    umask = os.umask(0)
+    os.umask(umask)
+    assert (path.stat().st_mode & 0o777) == (0o666 & ~umask)
+
+
+WRITER = r"""
+import sys
+from dpforge.files import atomic_write_bytes
+path = sys.argv[1]
+print("ready", flush=True)
+i = 0
+while True:
+    i += 1
+    atomic_write_bytes(path, (b"%08d" % i) * 200000)   # 1.6 MB of one repeated record
+"""
+
+
+def test_sigkill_never_leaves_a_partial_file(tmp_path):
+    """SIGKILL a process rewriting a 1.6 MB file in a loop: the file is always whole."""
+    path = tmp_path / "big.bin"
+    atomic_write_bytes(path, b"00000000" * 200000)
+    for trial in range(5):
+        process = subprocess.Popen([sys.executable, "-c", WRITER, str(path)], stdout=subprocess.PIPE)
+        assert process.stdout.readline().strip() == b"ready"
+        time.sleep(0.05 + 0.03 * trial)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        data = path.read_bytes()
+        assert len(data) == 1600000
+        assert data == data[:8] * 200000
