@@ -232,7 +232,7 @@ GOOD = dict(a1=1.0, a3=0.0, a4=0.0, k=2.0, theta=0.025, lam=1.0, a=0.5, b=1.0)
         lambda: lmo_rdp_as_published(GOOD, [0.5]),
         lambda: lmo_rdp_as_published(GOOD, [np.inf]),
         lambda: lmo_rdp_as_published(GOOD, []),
-        lambda: lmo_rdp_as_published(GOOD, ORDERS, "theorem_4_2"),
+        lambda: lmo_rdp_as_published(GOOD, ORDERS, "theorem_4_3"),
         lambda: lmo_rdp_as_published(GOOD, ORDERS, zero_uniform="zero"),
         lambda: lmo_rdp_as_published({**GOOD, "sigma": 1.0}, ORDERS),
         lambda: lmo_rdp_as_published({k: v for k, v in GOOD.items() if k != "lam"}, ORDERS),
