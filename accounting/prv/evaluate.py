@@ -156,11 +156,39 @@ def _needs_stages(components: Sequence[Component], step: float, tail: float) -> 
     FFT window covers the composed law's spread, not its mean (:func:`.compose.compose`
     centres every measure), so a large epsilon alone does not call for staging."""
     needed = min(step, _narrowest_bulk(components) / _DIRECT_RESOLUTION)
+    return _direct_grid(components, needed, tail) > _DIRECT_LIMIT
+
+
+def _direct_grid(components: Sequence[Component], step: float, tail: float) -> float:
+    """Grid points of one unstaged composition at ``step``: the composed law's spread
+    (20 standard deviations plus the widest one-step span) over the step."""
     window = 0.0
     for direction in directions_for(components):
         mean, variance, width = loss_moments(components, direction, tail)
         window = max(window, 20.0 * math.sqrt(max(variance, 0.0)) + width)
-    return window / needed > _DIRECT_LIMIT
+    return window / step
+
+
+def _evaluate_chains(
+    components: Sequence[Component],
+    step: float,
+    tail: float,
+    staged: bool,
+    upper_step: float | None,
+    settled: Evaluation | None = None,
+    tilt_at: float | None = None,
+    floor: float = 0.0,
+) -> Evaluation:
+    """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
+    one grid at ``upper_step`` and only the lower chain staged at ``step``.
+
+    Splitting is certified chain by chain: each chain's bound holds on any grid, so the
+    pair (upper from one grid, lower from another) brackets the same true profile."""
+    if not staged or upper_step is None:
+        return evaluate(components, step, tail, staged=staged, settled=settled, tilt_at=tilt_at, floor=floor)
+    upper = evaluate(components, upper_step, tail, kinds=("upper",), tilt_at=tilt_at, floor=floor)
+    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, tilt_at=tilt_at, floor=floor)
+    return Evaluation(step, upper.upper, lower.lower, upper.directions)
 
 
 @dataclass(frozen=True)
@@ -225,17 +253,23 @@ def refine(
     applies), as a caller that passes its own grid step asks.
     """
     staged = not fixed and math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
+    upper_step = None
     if staged:
+        # split chains: the connect-the-dots upper needs no staging (it is exact at grid
+        # points whatever the step), so it is composed on one grid at the error model's
+        # step whenever that grid fits; only the lower chain is staged
+        if _direct_grid(components, 0.5 * step, tail) <= _DIRECT_LIMIT:
+            upper_step = 0.5 * step
         # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
         step = max(step, 1.5 * _narrowest_bulk(components))
-    evaluation = evaluate(components, step, tail, staged=staged)
+    evaluation = _evaluate_chains(components, step, tail, staged, upper_step)
     low, high = bounds_of(evaluation)
     tilted = False
     if tilt is not None and math.isfinite(low):
         tilt_at, floor, level = tilt(low, high)
         if roundoff_in_delta(evaluation, floor) > _ROUNDOFF_SHARE * relative_accuracy * level:
             tilted = True
-            evaluation = evaluate(components, step, tail, staged=staged, tilt_at=tilt_at, floor=floor)
+            evaluation = _evaluate_chains(components, step, tail, staged, upper_step, tilt_at=tilt_at, floor=floor)
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
     refinements = 0
@@ -244,7 +278,27 @@ def refine(
         if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:
             break
         if staged:
-            break  # the chunks' own grids set the width; a finer final grid only adds chunks
+            # the chunks' own grids set the lower chain's width (a finer final grid only
+            # adds chunks); the single-grid upper chain can still be refined cheaply
+            if upper_step is None or _direct_grid(components, 0.5 * upper_step, tail) > _DIRECT_LIMIT:
+                break
+            upper_step *= 0.5
+            try:
+                if tilted:
+                    tilt_at, floor, _ = tilt(low, high)
+                    finer = evaluate(components, upper_step, tail, kinds=("upper",), tilt_at=tilt_at, floor=floor)
+                else:
+                    finer = evaluate(components, upper_step, tail, kinds=("upper",))
+            except LimitError:
+                break
+            evaluation = Evaluation(evaluation.step, finer.upper, evaluation.lower, evaluation.directions)
+            new_high = bounds_of(evaluation)[1]
+            refinements += 1
+            gain = high - new_high
+            high = min(high, new_high)
+            if gain < 0.25 * (high - low):
+                break  # the upper chain has converged: the staged lower sets the width
+            continue
         factor = math.sqrt(0.5 * relative_accuracy * high / width) if width > 0 else 0.5
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
         grid = evaluation.grid_size * step / new_step
@@ -252,14 +306,18 @@ def refine(
             if not math.isfinite(_narrowest_bulk(components)):
                 break  # few steps of a law narrower than the grid: report the accuracy reached
             staged, new_step = True, max(step, 1.5 * _narrowest_bulk(components))
+        if staged and upper_step is None and _direct_grid(components, step, tail) <= _DIRECT_LIMIT:
+            upper_step = step  # the finest single grid reached so far serves the upper chain
         step = new_step
-        settled = evaluation.dominated(delta) if delta is not None else None
+        settled = evaluation.dominated(delta) if delta is not None and not staged else None
         try:
             if tilted:
                 tilt_at, floor, _ = tilt(low, high)
-                evaluation = evaluate(components, step, tail, staged=staged, settled=settled, tilt_at=tilt_at, floor=floor)
+                evaluation = _evaluate_chains(
+                    components, step, tail, staged, upper_step, settled=settled, tilt_at=tilt_at, floor=floor
+                )
             else:
-                evaluation = evaluate(components, step, tail, staged=staged, settled=settled)
+                evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled)
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
         new_low, new_high = bounds_of(evaluation)

@@ -106,3 +106,23 @@ def test_dominated_direction_is_not_refined_but_bounds_stay_valid():
     full_low, full_high = full.epsilon(1e-5)
     assert max(result.lower, full_low) <= min(result.upper, full_high)
     assert result.upper >= full_low
+
+
+@pytest.mark.slow
+def test_split_chains_bracket_a_fine_pld_upper_bound():
+    """A workload narrow enough to be staged (q=1e-4, sigma=0.6): the upper chain is composed
+    on one grid and only the lower chain is staged.  dp-accounting's pessimistic PLD at a
+    fine step is an independent certified upper bound: our lower must not exceed it, and
+    our upper must come within the requested accuracy of it."""
+    from dp_accounting.pld import privacy_loss_distribution as pldm
+
+    description = Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 20_000)])
+    result = epsilon(description, 1e-5)
+    peer_upper = (
+        pldm.from_gaussian_mechanism(0.6, sampling_prob=1e-4, value_discretization_interval=1e-5)
+        .self_compose(20_000)
+        .get_epsilon_for_delta(1e-5)
+    )
+    assert result.lower <= peer_upper
+    assert result.accuracy["reached"]
+    assert result.upper <= peer_upper * (1 + 1e-3)
