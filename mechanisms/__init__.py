@@ -15,6 +15,8 @@ from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP, Random
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.mechanisms.dp_event import from_dp_event, to_dp_event
 from dpforge.mechanisms.lmo import LMO, LMOPair
+from dpforge.mechanisms.replace_pairs import ReplaceOneGaussianPair, ShuffleMaxPair, SymmetrisedPair
+from dpforge.mechanisms.sampling import RELATIONS, SampledWithoutReplacement, Shuffled, WithRelation
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 from dpforge.mechanisms.pairs import (
     GaussianPair,
@@ -45,6 +47,13 @@ __all__ = [
     "PureDP",
     "RandomizedResponse",
     "RandomizedResponsePair",
+    "RELATIONS",
+    "ReplaceOneGaussianPair",
+    "SampledWithoutReplacement",
+    "Shuffled",
+    "ShuffleMaxPair",
+    "SymmetrisedPair",
+    "WithRelation",
     "flatten",
     "from_dp_event",
     "mechanism_from_dict",

@@ -12,9 +12,17 @@ from typing import Iterable, Union
 
 import numpy as np
 
-from dpforge.errors import ParameterError
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
+from dpforge.mechanisms.sampling import (
+    EffectiveMechanism,
+    SampledWithoutReplacement,
+    Shuffled,
+    WithRelation,
+    doubled,
+    unwrap,
+)
 from dpforge.validation import require_count, require_sampling_rate
 
 
@@ -75,10 +83,11 @@ class Composed:
                 description, count = item
             except (TypeError, ValueError):
                 raise ParameterError(f"Composed.parts[{index}] must be a (description, count) pair, got {item!r}") from None
-            if not isinstance(description, (Mechanism, PoissonSampled, Composed)):
+            if not isinstance(description, (Mechanism, PoissonSampled, Composed, SampledWithoutReplacement, Shuffled)):
                 raise ParameterError(
-                    f"Composed.parts[{index}] description must be a mechanism, PoissonSampled or Composed, "
-                    f"got {type(description).__name__}"
+                    f"Composed.parts[{index}] description must be a mechanism, PoissonSampled, "
+                    f"SampledWithoutReplacement, Shuffled or Composed, got {type(description).__name__}"
+                    + (" (a relation is stated once, around the whole description)" if isinstance(description, WithRelation) else "")
                 )
             checked.append((description, require_count(f"Composed.parts[{index}] count", count)))
         if not checked:
@@ -86,7 +95,7 @@ class Composed:
         object.__setattr__(self, "parts", tuple(checked))
 
 
-Description = Union[Mechanism, PoissonSampled, Composed]
+Description = Union[Mechanism, PoissonSampled, Composed, SampledWithoutReplacement, Shuffled, WithRelation]
 
 
 @dataclass(frozen=True)
@@ -108,26 +117,50 @@ class Component:
 
 
 def flatten(description: Description, multiplicity: int = 1) -> list[Component]:
-    """Flatten a description into components, merging equal (mechanism, rate) factors."""
+    """Flatten a description into components, merging equal (mechanism, rate) factors.
+
+    A step that is not Poisson-sampled (or unsampled) under add-or-remove becomes a
+    component of rate 1 whose mechanism is an
+    :class:`~dpforge.mechanisms.sampling.EffectiveMechanism` carrying the certified pair
+    of its scheme and relation (an unsampled replace-one step: the
+    :func:`~dpforge.mechanisms.sampling.doubled` mechanism), so every engine reads it
+    through its generic path.  A :class:`~dpforge.mechanisms.sampling.Shuffled` epoch has
+    no certified pair: it is refused here (one line) and accounted only by
+    :func:`dpforge.accounting.shuffled.epsilon_lower_bound`."""
     merged: dict[tuple[Mechanism, float], int] = {}
     order: list[tuple[Mechanism, float]] = []
+    inner, relation = unwrap(description)
 
     def visit(node: Description, times: int) -> None:
         if isinstance(node, Composed):
             for part, count in node.parts:
                 visit(part, times * count)
             return
-        if isinstance(node, PoissonSampled):
+        if isinstance(node, Shuffled):
+            raise UnsupportedError(
+                "a Shuffled epoch has no certified upper bound (no tight dominating pair is known); "
+                "use dpforge.accounting.shuffled.epsilon_lower_bound for its certified lower bound"
+            )
+        if isinstance(node, WithRelation):
+            raise ParameterError("WithRelation must be the outermost node of a description (one relation per run)")
+        if isinstance(node, SampledWithoutReplacement):
+            mechanism, rate = EffectiveMechanism(node.mechanism, node.sampling_rate, "without-replacement", relation), 1.0
+        elif isinstance(node, PoissonSampled):
             mechanism, rate = node.base()
         elif isinstance(node, Mechanism):
             mechanism, rate = node, 1.0
         else:
             raise ParameterError(f"description must be a mechanism, PoissonSampled or Composed, got {type(node).__name__}")
+        if relation == "replace-one" and not isinstance(mechanism, EffectiveMechanism):
+            if rate >= 1.0:
+                mechanism = doubled(mechanism)
+            else:
+                mechanism, rate = EffectiveMechanism(mechanism, rate, "poisson", relation), 1.0
         key = (mechanism, rate)
         if key not in merged:
             merged[key] = 0
             order.append(key)
         merged[key] += times
 
-    visit(description, require_count("count", multiplicity))
+    visit(inner, require_count("count", multiplicity))
     return [Component(mechanism, rate, merged[(mechanism, rate)]) for mechanism, rate in order]
