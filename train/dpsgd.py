@@ -35,8 +35,9 @@ added once per global step by :func:`dpforge.train.distributed.noisy_all_reduce_
 from __future__ import annotations
 
 import math
+import secrets
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
@@ -51,8 +52,9 @@ from dpforge.mechanisms.allocation import (
 )
 from dpforge.budget.ledger import Ledger
 from dpforge.mechanisms.base import Gaussian
-from dpforge.train.distributed import noisy_all_reduce_
-from dpforge.validation import require_positive, require_sampling_rate
+from dpforge.train.distributed import noisy_all_reduce_, shared_generator
+from dpforge.train.noise import resolve_generator
+from dpforge.validation import require_count, require_positive, require_sampling_rate
 
 __all__ = [
     "AdaptiveClipping",
@@ -234,6 +236,12 @@ class DPSGDNoiseStep:
     ``expected_batch_size`` = sampling_rate * dataset size divides the noisy sum.
     ``distributed`` ("rank0" or "shared_seed") selects how noise is added once under
     ``torch.distributed`` (ignored when it is not initialised or has one rank).
+
+    Noise source: ``generator`` (the caller's), ``seed`` (a new generator seeded with it),
+    ``secure=True`` (the OS CSPRNG, :mod:`dpforge.train.secure`) or, by default, a fresh
+    generator seeded from OS entropy (never torch's global generator); the ledger notes
+    which under the role ``"dpsgd"``.  :meth:`state_dict` / :meth:`load_state_dict`
+    checkpoint the step (see :func:`dpforge.train.checkpoint.save_checkpoint`).
     """
 
     def __init__(
@@ -251,6 +259,8 @@ class DPSGDNoiseStep:
         ledger: Ledger | None = None,
         generator: torch.Generator | None = None,
         distributed: str = "rank0",
+        seed: int | None = None,
+        secure: bool = False,
     ) -> None:
         self.noise_multiplier = require_positive("noise_multiplier", noise_multiplier)
         self.sampling_rate = require_sampling_rate("sampling_rate", sampling_rate)
@@ -268,8 +278,11 @@ class DPSGDNoiseStep:
         self.group_sizes = [sum(sizes[name] for name in group) for group in self.groups]
         self.adaptive = adaptive
         self.ledger = ledger if ledger is not None else Ledger()
-        self.generator = generator
+        self.generator, source = self._noise_source(generator, seed, secure, distributed)
+        self.noise_source = source
+        self.ledger.note_noise_source("dpsgd", source)
         self.distributed = distributed
+        self.steps = 0
         if adaptive is None:
             self.gradient_noise_multiplier = self.noise_multiplier
         else:
@@ -282,6 +295,58 @@ class DPSGDNoiseStep:
         else:
             self.mechanism = Gaussian(self.noise_multiplier)
         self.last_counts: list[float] | None = None
+
+    def _noise_source(self, generator, seed, secure, distributed):
+        """The generator (caller's, seeded, OS entropy or CSPRNG) and its provenance.
+
+        Without a generator or seed, a fresh one is seeded from OS entropy on the
+        parameters' device; in ``"shared_seed"`` mode that seed is broadcast from rank 0
+        (:func:`~dpforge.train.distributed.shared_generator`), so every rank draws the same noise.
+        """
+        device = self.named[0][1].device if self.named else torch.device("cpu")
+        if generator is None and seed is None and not secure and distributed == "shared_seed":
+            return shared_generator(secrets.randbits(62), device=device), {"kind": "os-entropy"}
+        return resolve_generator(generator, seed, device=device, secure=secure)
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a resumed run needs to continue bit for bit: step count, ledger,
+        (adaptive) thresholds, last noisy counts and the generator state (None for secure
+        noise, which cannot be replayed)."""
+        generator = self.generator
+        return {
+            "steps": self.steps,
+            "ledger": self.ledger.state_dict(),
+            "thresholds": list(self.thresholds),
+            "last_counts": None if self.last_counts is None else list(self.last_counts),
+            "noise_source": dict(self.noise_source),
+            "generator_state": generator.get_state() if isinstance(generator, torch.Generator) else None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` output (same groups; ParameterError otherwise).
+
+        The generator continues from the saved state, so the resumed run draws the
+        uninterrupted run's next noise, never an earlier draw again; a secure run keeps
+        drawing fresh CSPRNG noise.
+        """
+        try:
+            thresholds = _thresholds(state["thresholds"], len(self.groups))
+            steps = require_count("steps", state["steps"], 0)
+            ledger_state, generator_state = state["ledger"], state.get("generator_state")
+        except KeyError as error:
+            raise ParameterError(f"DPSGDNoiseStep state_dict is missing {error.args[0]!r}") from None
+        if (generator_state is None) != (not isinstance(self.generator, torch.Generator)):
+            raise ParameterError("the checkpoint and this noise step disagree on secure noise (secure=True in one only)")
+        self.ledger.load_state_dict(ledger_state)
+        if generator_state is not None:
+            self.generator.set_state(generator_state)
+            self.noise_source = dict(state.get("noise_source", self.noise_source))
+        self.ledger.note_noise_source("dpsgd", self.noise_source)
+        self.thresholds = thresholds
+        self.last_counts = None if state.get("last_counts") is None else [float(c) for c in state["last_counts"]]
+        self.steps = steps
+        self.allocation = self._allocate()
 
     # -- allocation ---------------------------------------------------------------------
     def _allocate(self) -> NoiseAllocation:
@@ -335,6 +400,7 @@ class DPSGDNoiseStep:
             noisy_all_reduce_([counts], Gaussian(self.adaptive.count_noise_std), self.generator, mode=self.distributed)
             self.last_counts = [float(c) for c in counts.tolist()]  # the one device-to-host copy
         self.ledger.record(self.mechanism, self.sampling_rate)
+        self.steps += 1
         if self.adaptive is not None:
             self.thresholds = [
                 float(c)

@@ -27,15 +27,16 @@ parameters bit for bit on the same device and dtype.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 from dpforge.budget.ledger import Ledger
-from dpforge.errors import ParameterError
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.lmo import LMO
-from dpforge.train.noise import check_release, sample_noise
+from dpforge.train.noise import check_release, resolve_generator, sample_noise
+from dpforge.train.secure import DEFAULT_BOUND_FACTOR, SecureRandom, snapping_laplace, snapping_mechanism
 from dpforge.validation import require_positive, require_sampling_rate
 
 __all__ = ["DPZero", "ZOStep", "clipped_difference_sum", "perturb_", "replay"]
@@ -108,7 +109,13 @@ class DPZero(torch.optim.Optimizer):
     ``perturbation_scale`` is lambda.  ``expected_batch_size`` divides the sum (default:
     the realised batch size, right for fixed-size batches; pass it under Poisson
     sampling).  ``seed`` seeds the public per-step seeds; ``noise_generator`` (a CPU
-    generator, secret) draws the privacy noise, fresh from the OS when omitted.
+    generator, secret) or ``noise_seed`` draws the privacy noise, fresh from OS entropy
+    when both are omitted (never torch's global generator); the ledger notes which under
+    the role ``"dpzero"``.  ``secure=True`` (Laplace only) releases the clipped sum with
+    the snapping mechanism from the OS CSPRNG (Mironov 2012; :mod:`dpforge.train.secure`),
+    clamped to +-``secure_bound`` (default 2^30 scale), and records ``PureDP(epsilon')``.
+    :meth:`state_dict` / :meth:`load_state_dict` checkpoint the ledger, both generators
+    and the history, so a resumed run continues bit for bit.
     Parameters with ``requires_grad=False`` are left alone (e.g. after
     :func:`~dpforge.train.bitfit.freeze_all_but_bias`).
     """
@@ -125,6 +132,9 @@ class DPZero(torch.optim.Optimizer):
         seed: int | None = None,
         noise_generator: torch.Generator | None = None,
         ledger: Ledger | None = None,
+        noise_seed: int | None = None,
+        secure: bool = False,
+        secure_bound: float | None = None,
     ) -> None:
         lr = require_positive("lr", lr)
         super().__init__(params, {"lr": lr})
@@ -135,18 +145,27 @@ class DPZero(torch.optim.Optimizer):
         self.expected_batch_size = (
             None if expected_batch_size is None else require_positive("expected_batch_size", expected_batch_size)
         )
-        self._seeds = torch.Generator()
-        if seed is None:
-            self._seeds.seed()
-        else:
-            self._seeds.manual_seed(int(seed))
-        if noise_generator is None:
-            noise_generator = torch.Generator()
-            noise_generator.seed()
-        if noise_generator.device.type != "cpu":
+        self._seeds, self.seed_source = resolve_generator(None, seed, device="cpu")
+        if isinstance(noise_generator, torch.Generator) and noise_generator.device.type != "cpu":
             raise ParameterError("noise_generator must be a CPU generator (the scalar noise is drawn in float64 on the CPU)")
-        self.noise_generator = noise_generator
+        self.noise_generator, self.noise_source = resolve_generator(noise_generator, noise_seed, device="cpu", secure=secure)
+        self.secure = isinstance(self.noise_generator, SecureRandom)
+        if self.secure:
+            if not isinstance(mechanism, Laplace):
+                raise UnsupportedError(
+                    f"secure=True defends the scalar release with the snapping mechanism (Mironov 2012), which is a "
+                    f"Laplace mechanism; got {type(mechanism).__name__}: use Laplace(scale, sensitivity=C)"
+                )
+            self.secure_bound = (
+                DEFAULT_BOUND_FACTOR * float(mechanism.scale) if secure_bound is None else float(secure_bound)
+            )
+            # the snapped release is epsilon'-DP, not the Laplace mechanism: the ledger records PureDP(epsilon')
+            self.recorded_mechanism: Mechanism = snapping_mechanism(mechanism.scale, mechanism.sensitivity, self.secure_bound)
+        else:
+            self.secure_bound = None
+            self.recorded_mechanism = self.mechanism
         self.ledger = ledger if ledger is not None else Ledger()
+        self.ledger.note_noise_source("dpzero", self.noise_source)
         self.history: list[ZOStep] = []
 
     def _trainable(self) -> list[tuple[torch.Tensor, float]]:
@@ -165,6 +184,13 @@ class DPZero(torch.optim.Optimizer):
             raise ParameterError("DPZero has no parameter with requires_grad=True to train")
         params = [p for p, _ in trainable]
         lam = self.perturbation_scale
+        journal = self.ledger.journal
+        # a resumed run re-doing journaled steps: keep what is needed to undo a refused
+        # release exactly (parameters and generator states); no copy otherwise
+        repeating = journal is not None and journal.released > self.ledger.steps
+        if repeating:
+            backup = [p.detach().clone() for p in params]
+            generator_states = (self._seeds.get_state(), None if self.secure else self.noise_generator.get_state())
         seed = int(torch.randint(0, 2**62, (1,), generator=self._seeds))
         offset = 0.0
         try:
@@ -183,12 +209,67 @@ class DPZero(torch.optim.Optimizer):
         if batch == 0:
             perturb_(params, seed, [(lam,)] * len(params))
             raise ParameterError("empty batch: pass expected_batch_size to DPZero when batches can be empty")
-        noise = float(sample_noise(self.mechanism, (), generator=self.noise_generator, dtype=torch.float64))
-        scalar = (total + noise) / (batch * 2.0 * lam)
+        if self.secure:
+            noisy_total = snapping_laplace(total, self.mechanism.scale, self.clip, self.secure_bound)
+        else:
+            noise = float(sample_noise(self.mechanism, (), generator=self.noise_generator, dtype=torch.float64))
+            noisy_total = total + noise
+        scalar = noisy_total / (batch * 2.0 * lam)
+        try:  # journaled before the update is applied (released)
+            self.ledger.record(self.recorded_mechanism, self.sampling_rate, release=f"{seed}:{scalar!r}")
+        except BaseException:
+            if repeating:
+                for parameter, saved in zip(params, backup):
+                    parameter.copy_(saved)
+                self._seeds.set_state(generator_states[0])
+                if generator_states[1] is not None:
+                    self.noise_generator.set_state(generator_states[1])
+            else:
+                perturb_(params, seed, [(lam,)] * len(params))
+            raise
         perturb_(params, seed, [(lam, _update_alpha(lr, scalar)) for _, lr in trainable])
         self.history.append(ZOStep(seed, scalar))
-        self.ledger.record(self.mechanism, self.sampling_rate)
         return 0.5 * (loss_plus.detach().float().mean() + loss_minus.detach().float().mean())
+
+
+    # -- checkpoints ----------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:  # type: ignore[override]
+        """torch's optimizer state (``lr`` per group) plus ``"dpzero"``: the ledger, the
+        seed and noise generator states (no noise state in secure mode), the history for
+        :func:`replay`, and where the noise comes from."""
+        state = super().state_dict()
+        state["dpzero"] = {
+            "steps": len(self.history),
+            "ledger": self.ledger.state_dict(),
+            "seed_generator_state": self._seeds.get_state(),
+            "noise_generator_state": None if self.secure else self.noise_generator.get_state(),
+            "noise_source": dict(self.noise_source),
+            "history": [[step.seed, step.scalar] for step in self.history],
+        }
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:  # type: ignore[override]
+        """Restore :meth:`state_dict` output; the seed and noise generators continue where
+        the checkpoint left them, so no seed or noise draw repeats an earlier step's.
+        A state without ``"dpzero"`` (an older checkpoint) is refused: resuming it would
+        reuse seeds and noise and forget the spent budget."""
+        state_dict = dict(state_dict)
+        extra = state_dict.pop("dpzero", None)
+        if not isinstance(extra, dict):
+            raise ParameterError(
+                "this DPZero state_dict has no 'dpzero' part (ledger, generators, history): resuming from it would "
+                "reuse seeds and noise and restart the ledger"
+            )
+        if (extra.get("noise_generator_state") is None) != self.secure:
+            raise ParameterError("the checkpoint and this optimizer disagree on secure noise (secure=True in one only)")
+        super().load_state_dict(state_dict)
+        self.ledger.load_state_dict(extra["ledger"])
+        self._seeds.set_state(extra["seed_generator_state"])
+        if not self.secure:
+            self.noise_generator.set_state(extra["noise_generator_state"])
+            self.noise_source = dict(extra.get("noise_source", self.noise_source))
+        self.ledger.note_noise_source("dpzero", self.noise_source)
+        self.history = [ZOStep(int(seed), float(scalar)) for seed, scalar in extra["history"]]
 
 
 def _trainable_parameters(model: torch.nn.Module | Iterable[torch.Tensor]) -> list[torch.Tensor]:

@@ -34,6 +34,18 @@ throughput.  LMO laws with much eta mass near 0 (Gamma shape < 1) can give draws
 overflow to +-inf in float32/bfloat16: that is the law, not a bug; such laws are useless
 for training anyway (infinite mean noise).
 
+Where the randomness comes from (docs/design.md §6).  No sampler silently derives its
+noise from torch's or NumPy's global seed: ``generator=None`` means a fresh
+``torch.Generator`` seeded from the operating system's entropy (:func:`fresh_generator`,
+63 bits from :mod:`secrets`).  A run that wants reproducible noise passes its own
+generator or seed, and :func:`noise_provenance` says which of the three it is
+(``"seeded"`` with the seed, ``"os-entropy"``, ``"secure"``) for the ledger.  Passing a
+:class:`SecureRandom` instead of a generator draws every uniform from the operating
+system's CSPRNG (``os.urandom``) instead of a torch generator (Mersenne Twister on the
+CPU, Philox on CUDA), whose outputs are predictable once enough of them are seen; the
+scalar Laplace release of DP-ZO is defended against the floating-point attack of Mironov
+(2012) by :func:`snapping_laplace`, see :mod:`dpforge.train.secure`.
+
 Soundness.  :func:`add_noise_` refuses what the description does not cover: a Laplace or
 LMO mechanism must describe exactly the number of coordinates it is added to, and in
 particular a scalar (``dimension=1``) mechanism with an L2 sensitivity must not be added
@@ -44,15 +56,27 @@ not check this.
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+import secrets
+from typing import Any, Iterable, Sequence
 
 import torch
 
 from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism
 from dpforge.mechanisms.lmo import LMO
+from dpforge.train.secure import SecureRandom, secure_sample
 
-__all__ = ["SUPPORTED_DTYPES", "add_noise_", "check_release", "noise_std", "sample_noise"]
+__all__ = [
+    "SUPPORTED_DTYPES",
+    "SecureRandom",
+    "add_noise_",
+    "check_release",
+    "fresh_generator",
+    "noise_provenance",
+    "noise_std",
+    "resolve_generator",
+    "sample_noise",
+]
 
 #: dtypes the samplers produce (float16 is refused: heavy-tailed noise overflows it).
 SUPPORTED_DTYPES = (torch.float32, torch.float64, torch.bfloat16)
@@ -76,7 +100,62 @@ def _require_mechanism(mechanism: object) -> Mechanism:
     return mechanism
 
 
-def _resolve_device(generator: torch.Generator | None, device: torch.device | str | None) -> torch.device:
+def fresh_generator(device: torch.device | str = "cpu") -> torch.Generator:
+    """A ``torch.Generator`` on ``device`` seeded with 63 bits of OS entropy (:mod:`secrets`),
+    independent of ``torch.manual_seed`` and ``numpy.random.seed``."""
+    generator = torch.Generator(device=device)
+    generator.manual_seed(secrets.randbits(63))
+    return generator
+
+
+def resolve_generator(
+    generator: "torch.Generator | SecureRandom | None" = None,
+    seed: int | None = None,
+    device: torch.device | str = "cpu",
+    secure: bool = False,
+) -> "tuple[torch.Generator | SecureRandom, dict[str, Any]]":
+    """The noise source of a run and its provenance for the ledger.
+
+    ``secure=True`` (or a :class:`SecureRandom`): the OS CSPRNG, ``{"kind": "secure"}``;
+    a caller's generator: ``{"kind": "seeded", "seed": generator.initial_seed()}``;
+    ``seed``: a new generator on ``device`` seeded with it, ``{"kind": "seeded", "seed": seed}``;
+    neither: :func:`fresh_generator`, ``{"kind": "os-entropy"}``.  Giving more than one
+    of ``generator``, ``seed`` and ``secure`` is a ParameterError.  The seed of a seeded
+    run determines its noise: keep ledgers of seeded runs as secret as the seed.
+    """
+    given = [name for name, value in (("generator", generator), ("seed", seed)) if value is not None]
+    if secure or isinstance(generator, SecureRandom):
+        if seed is not None or (generator is not None and not isinstance(generator, SecureRandom)):
+            raise ParameterError("secure noise draws from the OS CSPRNG: give neither a generator nor a seed with secure=True")
+        source = generator if isinstance(generator, SecureRandom) else SecureRandom(device)
+        return source, {"kind": "secure"}
+    if len(given) > 1:
+        raise ParameterError("give a noise generator or a seed, not both")
+    if generator is not None:
+        if not isinstance(generator, torch.Generator):
+            raise ParameterError(f"generator must be a torch.Generator or SecureRandom, got {type(generator).__name__}")
+        return generator, {"kind": "seeded", "seed": int(generator.initial_seed())}
+    if seed is not None:
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise ParameterError(f"seed must be an integer in [0, 2^64), got {seed!r}")
+        made = torch.Generator(device=device)
+        made.manual_seed(seed)
+        return made, {"kind": "seeded", "seed": int(seed)}
+    return fresh_generator(device), {"kind": "os-entropy"}
+
+
+def noise_provenance(generator: "torch.Generator | SecureRandom | None") -> dict[str, Any]:
+    """``{"kind": "secure"}`` for a :class:`SecureRandom`, ``{"kind": "seeded", "seed": s}``
+    for a generator (s its initial seed), ``{"kind": "os-entropy"}`` for None (the
+    samplers then draw from a :func:`fresh_generator`)."""
+    if generator is None:
+        return {"kind": "os-entropy"}
+    if isinstance(generator, SecureRandom):
+        return {"kind": "secure"}
+    return {"kind": "seeded", "seed": int(generator.initial_seed())}
+
+
+def _resolve_device(generator, device: torch.device | str | None) -> torch.device:
     if device is None:
         device = generator.device if generator is not None else torch.device("cpu")
     device = torch.device(device)
@@ -152,7 +231,11 @@ def _lmo_eta(mechanism: LMO, shape, generator, device, dtype) -> torch.Tensor:
 
 
 def _sample(mechanism: Mechanism, shape, generator, device, dtype) -> torch.Tensor:
-    """Draw in ``dtype`` (float32 or float64)."""
+    """Draw in ``dtype`` (float32 or float64); ``generator`` None is a fresh OS-entropy one."""
+    if isinstance(generator, SecureRandom):
+        return secure_sample(mechanism, shape, device, dtype)
+    if generator is None:
+        generator = fresh_generator(device)
     if isinstance(mechanism, Gaussian):
         noise = torch.randn(shape, generator=generator, device=device, dtype=dtype)
         return noise.mul_(float(mechanism.noise_multiplier) * float(mechanism.sensitivity))
@@ -184,7 +267,8 @@ def sample_noise(
     """Independent noise coordinates of ``mechanism`` with the given shape.
 
     ``device`` defaults to the generator's device (CPU without a generator); ``generator``
-    defaults to torch's default generator of that device.  bfloat16 draws are float32
+    defaults to a fresh generator seeded from OS entropy (never torch's global one); a
+    :class:`SecureRandom` draws from the OS CSPRNG.  bfloat16 draws are float32
     draws rounded to bfloat16.  This raw sampler does not check that the mechanism
     describes a release of this many coordinates; :func:`add_noise_` does.
     """
