@@ -4,7 +4,7 @@ The Monte-Carlo engine and the LMO search both run many independent tasks and re
 progress on long runs; they share this module rather than each keeping their own.
 
 * Work goes to any :class:`concurrent.futures.Executor` (a process pool, a thread pool,
-  or a Dask ``distributed`` cluster through ``client.get_executor()``); "serial" runs in
+  or a Dask ``distributed`` cluster: pass the ``Client`` itself, see :func:`dask_executor`); "serial" runs in
   the calling process.  :func:`resolve_executor` turns what a caller passed into an
   executor and says whether dpforge owns (and must shut down) it.
 * Progress is drawn by ``tqdm`` (a well-kept, dependency-free progress bar that already
@@ -41,13 +41,39 @@ def process_pool(workers: int, initializer: Callable[[], None] | None = None) ->
     )
 
 
+def is_dask_client(executor: Any) -> bool:
+    """True for a Dask ``distributed.Client`` (checked by type, without importing Dask)."""
+    kind = type(executor)
+    return kind.__name__ == "Client" and kind.__module__.split(".")[0] == "distributed" and callable(
+        getattr(executor, "get_executor", None)
+    )
+
+
+def dask_executor(client: Any) -> concurrent.futures.Executor:
+    """A :class:`concurrent.futures.Executor` running on a Dask ``distributed.Client``.
+
+    A client's own ``submit``/``map`` return Dask futures (``map`` a list of them, not
+    results), so it cannot stand in for an executor directly; ``client.get_executor``
+    adapts it: ``submit`` returns a :class:`concurrent.futures.Future` and ``map`` yields
+    results in order.  ``pure=False`` makes every call a new task (Dask would otherwise
+    reuse the result of an equal earlier call).  The client stays the caller's: closing
+    it (or the cluster) is theirs to do.
+    """
+    if not is_dask_client(client):
+        raise ParameterError(f"client must be a distributed.Client, got {type(client).__name__}")
+    return client.get_executor(pure=False)
+
+
 def resolve_executor(executor: Any, *, default: Callable[[], concurrent.futures.Executor] | None = None) -> tuple[Any, bool]:
     """(an executor, whether the caller owns it and must shut it down).
 
-    ``executor`` is None (``default()`` if given, else serial), "serial", or any object
-    with ``submit`` and ``map`` (a :class:`concurrent.futures.Executor`, a Dask client's
+    ``executor`` is None (``default()`` if given, else serial), "serial", a Dask
+    ``distributed.Client`` (run through :func:`dask_executor`), or any object with
+    ``submit`` and ``map`` (a :class:`concurrent.futures.Executor`, a Dask client's
     ``get_executor()``).  Anything else is a one-line :class:`ParameterError`.
     """
+    if is_dask_client(executor):
+        return dask_executor(executor), False
     if executor is None:
         return (default(), True) if default is not None else (SerialExecutor(), False)
     if isinstance(executor, str):
