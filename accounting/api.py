@@ -13,6 +13,7 @@ for loading another.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any, Protocol
 
@@ -20,6 +21,7 @@ from dpforge import _deprecated
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import ParameterError
 from dpforge.mechanisms.combinators import Description
+from dpforge.mechanisms.sampling import result_labels, schemes_of
 from dpforge.validation import require_non_negative, require_probability_open
 
 
@@ -84,18 +86,39 @@ def epsilon(description: Description, delta: float, *, engine: str = DEFAULT_ENG
     until (upper - lower)/upper <= ``relative_accuracy``, options ``relative_accuracy``,
     ``step``, ``max_refinements``), "rdp" (certified upper; ``orders``, ``lmo_bound``),
     "montecarlo" (a high-probability bracket; ``samples``, ``confidence``, ``seed``, ...)
-    or "pure" (basic composition of pure-DP steps).  Every bound is for the add-or-remove
-    relation under Poisson subsampling; ``options`` go to the engine, which refuses any it
-    does not know.
+    or "pure" (basic composition of pure-DP steps).  The relation is the description's
+    (add-or-remove unless wrapped in ``WithRelation``) and the sampling its combinators'
+    (Poisson, ``SampledWithoutReplacement``); both are written into the result.  A
+    description with ``Shuffled`` epochs gets only a certified lower bound
+    (:func:`dpforge.accounting.shuffled.epsilon_lower_bound`, ``upper = inf``).
+    ``options`` go to the engine, which refuses any it does not know.
     """
     delta = require_probability_open("delta", delta)
-    return get_engine(engine).epsilon(description, delta, **options)
+    if "shuffled" in schemes_of(description):
+        from dpforge.accounting.shuffled import epsilon_lower_bound
+
+        return epsilon_lower_bound(description, delta, engine=engine, **options)
+    return _labelled(get_engine(engine).epsilon(description, delta, **options), description)
 
 
 def delta(description: Description, epsilon: float, *, engine: str = DEFAULT_ENGINE, **options: Any) -> DeltaResult:
     """Bounds on delta(epsilon); ``engine`` and ``options`` as for :func:`epsilon`."""
     epsilon = require_non_negative("epsilon", epsilon)
-    return get_engine(engine).delta(description, epsilon, **options)
+    if "shuffled" in schemes_of(description):
+        from dpforge.accounting.shuffled import delta_lower_bound
+
+        return delta_lower_bound(description, epsilon, engine=engine, **options)
+    return _labelled(get_engine(engine).delta(description, epsilon, **options), description)
+
+
+def _labelled(result: Any, description: Description) -> Any:
+    """``result`` with the description's relation and sampling scheme written into its
+    ``neighbouring`` and ``sampling`` fields (engines count flattened components and need
+    not know them)."""
+    labels = result_labels(description)
+    if all(getattr(result, name, value) == value for name, value in labels.items()):
+        return result
+    return dataclasses.replace(result, **labels)
 
 
 def __getattr__(name: str):

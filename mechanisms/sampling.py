@@ -250,7 +250,7 @@ def schemes_of(description: Any) -> tuple[str, ...]:
             for part, _ in node.parts:
                 visit(part)
             return
-        name = "without_replacement" if isinstance(node, SampledWithoutReplacement) else (
+        name = "without-replacement" if isinstance(node, SampledWithoutReplacement) else (
             "shuffled" if isinstance(node, Shuffled) else "poisson"
         )
         if name not in seen:

@@ -16,12 +16,14 @@ from dpforge.accounting.rdp.formulas import (
     randomized_response_rdp,
     require_orders,
     subsampled_gaussian_rdp,
+    wbk_without_replacement_rdp,
     zhu_wang_subsampled_rdp,
 )
 from dpforge.accounting.rdp.lmo import noise_rdp
 from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Component, Description, flatten
+from dpforge.mechanisms.sampling import EffectiveMechanism, doubled
 from dpforge.validation import require_sampling_rate
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +80,38 @@ def _monotone_envelope(alpha: np.ndarray, values: np.ndarray) -> np.ndarray:
     return out
 
 
+def _effective_rdp(mechanism: EffectiveMechanism, alpha: np.ndarray, lmo_bound: str) -> tuple[np.ndarray, str]:
+    """RDP of a step that is not Poisson/add-remove (:mod:`dpforge.mechanisms.sampling`),
+    from the replace-one RDP ε_r of the unsampled mechanism (twice the sensitivity):
+
+    * joint convexity, every scheme and relation: both outputs are mixtures, with weight
+      1 - q on identical laws and q on replace-one neighbours (coupled batches), so
+      ρ(α) <= 1/(α-1) log(1 - q + q e^{(α-1) ε_r(α)}) (van Erven & Harremoës 2014, Thm. 13);
+    * sampling without replacement under replace-one: also Wang, Balle, Kasiviswanathan
+      2019, Thm. 9 (:func:`wbk_without_replacement_rdp`); the smaller bound is kept.
+    """
+    base = doubled(mechanism.mechanism)
+    q = float(mechanism.sampling_rate)
+    values, base_label = _base_rdp(base, alpha, lmo_bound)
+    if q >= 1.0:
+        return values, f"{mechanism.relation} {base_label}"
+    convex = convexity_subsampled_rdp(q, values, alpha)
+    name = base_label.split(":", 1)[0]
+    if mechanism.scheme == "without-replacement" and mechanism.relation == "replace-one":
+        top = int(np.ceil(alpha).max())
+        at_integers, _ = _base_rdp(base, np.arange(2, max(top, 2) + 1, dtype=float), lmo_bound)
+        pair = base.dominating_pair()
+        wbk = wbk_without_replacement_rdp(q, at_integers, max(float(pair.r_max), -float(pair.r_min)), alpha)
+        return np.minimum(wbk, convex), (
+            f"without replacement, replace-one, {name}: min(Wang-Balle-Kasiviswanathan 2019 Thm. 9, joint convexity); "
+            f"base {base_label} at twice the sensitivity"
+        )
+    return convex, (
+        f"{mechanism.scheme}, {mechanism.relation}, {name}: joint convexity over coupled batches "
+        f"(replace-one base {base_label} at twice the sensitivity)"
+    )
+
+
 def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
     """RDP curve of one flattened component: ``count`` × the RDP of one (possibly
     subsampled) release.  Subsampled Gaussian: MTZ 2019 exact; any other subsampled
@@ -89,7 +123,9 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_
     q = require_sampling_rate("sampling_rate", q)
     family = _family(mechanism)
     details: tuple[str, ...] | None = None
-    if q >= 1.0:
+    if isinstance(mechanism, EffectiveMechanism):
+        values, label = _effective_rdp(mechanism, alpha, lmo_bound)
+    elif q >= 1.0:
         values, label = _base_rdp(mechanism, alpha, lmo_bound)
     elif isinstance(mechanism, Gaussian) and getattr(mechanism, "dimension", 1) == 1:
         values = subsampled_gaussian_rdp(q, mechanism.noise_multiplier, alpha)

@@ -299,3 +299,43 @@ def convexity_subsampled_rdp(sampling_rate: float, base_rdp: np.ndarray, orders:
         log_excess = math.log(q) + _log_expm1(np.maximum((alpha - 1) * eps, 1e-300))
         value = np.logaddexp(0.0, log_excess) / (alpha - 1)
     return np.where(eps == 0.0, 0.0, np.where(np.isinf(eps), np.inf, value))
+
+
+def wbk_without_replacement_rdp(
+    sampling_rate: float, base_rdp_at_integer: BaseRdp, epsilon_infinity: float, orders: object
+) -> np.ndarray:
+    """Upper bound on the replace-one RDP of a mechanism run on a batch sampled without
+    replacement (q = B/n), whose unsampled replace-one RDP at integer order l is ε(l)
+    (Wang, Balle, Kasiviswanathan 2019, "Subsampled Rényi Differential Privacy and
+    Analytical Moments Accountant", AISTATS, Theorem 9), integer α >= 2:
+
+    A_α <= 1 + q² C(α,2) min{4 (e^{ε(2)} - 1), e^{ε(2)} min{2, (e^{ε(∞)} - 1)²}}
+             + Σ_{j=3}^{α} q^j C(α,j) e^{(j-1) ε(j)} min{2, (e^{ε(∞)} - 1)^j},
+    ρ(α) <= log(A_α) / (α - 1),
+
+    with ε(∞) = ``epsilon_infinity`` (the pure epsilon; inf for the Gaussian).  A
+    fractional order α takes the bound at ⌈α⌉ (D_α is non-decreasing in α, van Erven &
+    Harremoës 2014, Thm. 3).  The strengthened Gaussian form (their Theorem 27, with
+    forward differences, used by dp-accounting) is not implemented: this bound is never
+    smaller than dp-accounting's."""
+    q = require_sampling_rate("sampling_rate", sampling_rate)
+    alpha = require_orders(orders)
+    ceiling = np.ceil(alpha).astype(int)
+    top = int(max(ceiling.max(), 2))
+    eps = _base_values(base_rdp_at_integer, top)  # eps[l-2] = ε(l)
+    if q == 1.0:
+        return eps[ceiling - 2]
+    levels = np.arange(2, top + 1, dtype=float)
+    e_inf = float(epsilon_infinity)
+    with np.errstate(over="ignore", divide="ignore"):
+        log_cap = math.log(2.0) if not math.isfinite(e_inf) else np.minimum(math.log(2.0), levels * float(_log_expm1(max(e_inf, 1e-300))))
+        log_cap = np.broadcast_to(np.asarray(log_cap, dtype=float), levels.shape)
+        general = (levels - 1.0) * eps + log_cap
+        second = min(math.log(4.0) + float(_log_expm1(max(eps[0], 1e-300))), float(general[0])) if eps[0] > 0 else -np.inf
+        log_terms = np.where(levels == 2, second, general) + levels * math.log(q)
+    out = np.empty_like(alpha)
+    for k, a in enumerate(ceiling):
+        l = levels[: a - 1]
+        logs = _log_binom(float(a), l) + log_terms[: a - 1]
+        out[k] = float(np.logaddexp(0.0, special.logsumexp(logs))) / (a - 1)
+    return np.maximum(out, 0.0)
