@@ -159,3 +159,57 @@ def test_cuda_samplers_follow_the_law_and_reproduce(case):
         add_noise_([torch.zeros(3, device="cuda"), torch.zeros(3)], Gaussian(1.0))
     with pytest.raises(ValueError, match="generator lives on"):
         add_noise_([torch.zeros(3, device="cuda")], Gaussian(1.0), torch.Generator())
+
+
+# -- where the noise comes from (never the global seed by default) ---------------------------
+from dpforge.train.noise import SecureRandom, fresh_generator, noise_provenance, resolve_generator  # noqa: E402
+
+
+def test_default_noise_ignores_the_global_seed():
+    torch.manual_seed(0)
+    first = sample_noise(Gaussian(1.0), 8)
+    torch.manual_seed(0)
+    second = sample_noise(Gaussian(1.0), 8)
+    assert not torch.equal(first, second)
+    assert not torch.equal(fresh_generator().get_state(), fresh_generator().get_state())
+
+
+def test_resolve_generator_provenance():
+    generator, source = resolve_generator(seed=12)
+    assert source == {"kind": "seeded", "seed": 12} and generator.initial_seed() == 12
+    mine = torch.Generator().manual_seed(3)
+    assert resolve_generator(mine) == (mine, {"kind": "seeded", "seed": 3})
+    assert resolve_generator()[1] == {"kind": "os-entropy"}
+    source, provenance = resolve_generator(secure=True)
+    assert isinstance(source, SecureRandom) and provenance == {"kind": "secure"}
+    assert noise_provenance(None) == {"kind": "os-entropy"} and noise_provenance(mine)["seed"] == 3
+    with pytest.raises(ValueError, match="not both"):
+        resolve_generator(mine, seed=1)
+    with pytest.raises(ValueError, match="neither a generator nor a seed"):
+        resolve_generator(seed=1, secure=True)
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        resolve_generator(seed=-1)
+
+
+def test_training_steps_record_their_noise_source():
+    from dpforge.mechanisms import Laplace
+    from dpforge.train.dpsgd import DPSGDNoiseStep
+    from dpforge.train.dpzo import DPZero
+
+    def noise_step(**options):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(3, 1)
+        step = DPSGDNoiseStep(model, noise_multiplier=1.0, sampling_rate=0.1, expected_batch_size=4.0, thresholds=1.0, **options)
+        grads = {n: torch.zeros(4, *p.shape) for n, p in model.named_parameters()}
+        return step, step.privatize(grads)
+
+    (a, noisy_a), (b, noisy_b) = noise_step(), noise_step()
+    assert not torch.equal(noisy_a["weight"], noisy_b["weight"])  # torch.manual_seed does not fix the noise
+    assert a.ledger.noise_sources == {"dpsgd": {"kind": "os-entropy"}}
+    (c, noisy_c), (d, noisy_d) = noise_step(seed=5), noise_step(seed=5)
+    assert torch.equal(noisy_c["weight"], noisy_d["weight"])
+    assert c.ledger.noise_sources == {"dpsgd": {"kind": "seeded", "seed": 5}}
+    secure, _ = noise_step(secure=True)
+    assert secure.ledger.to_dict()["noise_sources"] == {"dpsgd": {"kind": "secure"}}
+    optimizer = DPZero(torch.nn.Linear(2, 1).parameters(), lr=0.1, mechanism=Laplace(1.0), noise_seed=9)
+    assert optimizer.ledger.noise_sources == {"dpzero": {"kind": "seeded", "seed": 9}}
