@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING, Any
 
+from dpforge.budget.integrity import seal_plan_text
 from dpforge.files import atomic_write_text
 
 if TYPE_CHECKING:  # pragma: no cover - typing only
@@ -40,8 +41,12 @@ def _toml_value(value: Any) -> str:
     return _toml_float(value)
 
 
-def plan_to_toml(plan: Plan) -> str:
-    """The plan as TOML text; ``parse_plan(plan_to_toml(plan)) == plan``."""
+def plan_to_toml(plan: Plan, *, seal: bool = True) -> str:
+    """The plan as TOML text; ``parse_plan(plan_to_toml(plan)) == plan``.
+
+    Sealed by default (:mod:`dpforge.budget.integrity`): a first comment line with the
+    totals and a last one with the SHA-256, which ``dpforge verify`` checks.
+    """
     lines = ["# dpforge training plan", f"delta = {_toml_float(plan.delta)}"]
     if plan.budget_epsilon is not None:
         lines += ["", "[budget]", f"epsilon = {_toml_float(plan.budget_epsilon)}"]
@@ -57,10 +62,12 @@ def plan_to_toml(plan: Plan) -> str:
         lines += [f"sampling_rate = {_toml_float(phase.sampling_rate)}", f"steps = {int(phase.steps)}"]
         if phase.noise != "pure":
             lines.append(f"sensitivity = {_toml_float(phase.sensitivity)}")
-    return "\n".join(lines) + "\n"
+    body = "\n".join(lines) + "\n"
+    return seal_plan_text(body, plan) if seal else body
 
 
 def write_plan(plan: Plan, path: str | os.PathLike[str]) -> None:
-    """Write ``plan`` as TOML (UTF-8) to ``path`` atomically (:mod:`dpforge.files`): a
-    crash leaves the old file or the new one, never an empty or partial plan."""
+    """Write ``plan`` as sealed TOML (UTF-8) to ``path`` atomically (:mod:`dpforge.files`):
+    a crash leaves the old file or the new one, never an empty or partial plan, and a
+    file damaged later is refused by ``dpforge verify`` (:mod:`dpforge.budget.integrity`)."""
     atomic_write_text(path, plan_to_toml(plan))
