@@ -48,13 +48,13 @@ def _print_report(path: str, report: VerifyReport) -> None:
 
 
 def _command_verify(args: argparse.Namespace) -> int:
-    from dpforge.budget.plan import load_plan
+    from dpforge.budget.integrity import load_checked_plan
     from dpforge.budget.verify import verify_plan
 
     path = _plan_path(args)
     relative_accuracy = flags.relative_accuracy(args.relative_accuracy)
     budget = flags.number("--budget", args.budget, flags.NON_NEGATIVE, default=None)
-    plan = load_plan(path)
+    plan = load_checked_plan(path)  # a sealed plan must match its checksum and totals
     if budget is not None:
         plan = dataclasses.replace(plan, budget_epsilon=budget)
     report = verify_plan(plan, relative_accuracy=relative_accuracy)

@@ -72,3 +72,17 @@ def test_hand_written_plans_still_work(tmp_path):
     hand.write_text(body)
     assert check_plan_file(hand, plan) is False
     assert load_checked_plan(hand) == plan
+
+
+def test_verify_cli_refuses_a_truncated_plan_with_exit_2(tmp_path, capsys):
+    from dpforge.cli.main import main as cli_main
+
+    path, plan = _three_phase_plan(tmp_path)
+    text = path.read_text()
+    cut = text.index("[[phases]]", text.index("[[phases]]") + 1)  # only the first phase left
+    truncated = tmp_path / "cut.toml"
+    truncated.write_text(text[:cut])
+    assert len(parse_plan(text[:cut]).phases) == 1  # TOML alone accepts it
+    assert cli_main(["verify", str(truncated)]) == 2
+    err = capsys.readouterr().err
+    assert "checksum line is missing" in err and err.count("\n") == 1
