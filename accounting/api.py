@@ -21,7 +21,7 @@ from dpforge import _deprecated
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import ParameterError
 from dpforge.mechanisms.combinators import Description
-from dpforge.mechanisms.sampling import result_labels, schemes_of
+from dpforge.mechanisms.sampling import lower_bound_description, result_labels, schemes_of
 from dpforge.validation import require_non_negative, require_probability_open
 
 
@@ -90,7 +90,11 @@ def epsilon(description: Description, delta: float, *, engine: str = DEFAULT_ENG
     (add-or-remove unless wrapped in ``WithRelation``) and the sampling its combinators'
     (Poisson, ``SampledWithoutReplacement``); both are written into the result.  A
     description with ``Shuffled`` epochs gets only a certified lower bound
-    (:func:`dpforge.accounting.shuffled.epsilon_lower_bound`, ``upper = inf``).
+    (:func:`dpforge.accounting.shuffled.epsilon_lower_bound`, ``upper = inf``).  Where a
+    step's certified pair is not realised by actual datasets (fixed-size batches; Poisson
+    replace-one for a non-Gaussian), ``lower`` comes from the realised pairs of
+    :func:`~dpforge.mechanisms.sampling.lower_bound_description`, so it stays a lower
+    bound on the run's epsilon.
     ``options`` go to the engine, which refuses any it does not know.
     """
     delta = require_probability_open("delta", delta)
@@ -98,7 +102,11 @@ def epsilon(description: Description, delta: float, *, engine: str = DEFAULT_ENG
         from dpforge.accounting.shuffled import epsilon_lower_bound
 
         return epsilon_lower_bound(description, delta, engine=engine, **options)
-    return _labelled(get_engine(engine).epsilon(description, delta, **options), description)
+    result = get_engine(engine).epsilon(description, delta, **options)
+    realised = lower_bound_description(description)
+    if realised is not None and result.lower > 0:
+        result = _realised_lower(result, get_engine(engine).epsilon(realised, delta, **options).lower)
+    return _labelled(result, description)
 
 
 def delta(description: Description, epsilon: float, *, engine: str = DEFAULT_ENGINE, **options: Any) -> DeltaResult:
@@ -108,7 +116,29 @@ def delta(description: Description, epsilon: float, *, engine: str = DEFAULT_ENG
         from dpforge.accounting.shuffled import delta_lower_bound
 
         return delta_lower_bound(description, epsilon, engine=engine, **options)
-    return _labelled(get_engine(engine).delta(description, epsilon, **options), description)
+    result = get_engine(engine).delta(description, epsilon, **options)
+    realised = lower_bound_description(description)
+    if realised is not None and result.lower > 0:
+        result = _realised_lower(result, get_engine(engine).delta(realised, epsilon, **options).lower)
+    return _labelled(result, description)
+
+
+def _realised_lower(result: Any, realised_lower: float) -> Any:
+    """``result`` with ``lower`` taken from the realised pairs (see :func:`epsilon`); the
+    accuracy record keeps the pair's own bracket and says why the width is larger."""
+    lower = min(float(result.lower), float(realised_lower))
+    accuracy = dict(result.accuracy)
+    width = (result.upper - lower) / result.upper if result.upper > 0 else 0.0
+    requested = accuracy.get("relative_accuracy")
+    accuracy.update(
+        pair_lower=float(result.lower),
+        lower_from="pairs realised by neighbouring datasets (mechanisms.sampling.lower_bound_description)",
+        achieved=width,
+        reached=(width <= requested) if requested is not None else None,
+        note="the certified pair of this sampling scheme/relation is not realised by a dataset; the bracket's "
+        "width is that gap, which a finer grid does not close",
+    )
+    return dataclasses.replace(result, lower=lower, accuracy=accuracy)
 
 
 def _labelled(result: Any, description: Description) -> Any:

@@ -60,6 +60,8 @@ def amplified_epsilon(epsilon: float, sampling_rate: float) -> float:
 def step_epsilon(component: Component) -> float:
     """Pure epsilon of one unsubsampled step: max(r_max, -r_min) of its dominating pair."""
     mechanism = component.mechanism
+    if isinstance(getattr(mechanism, "mechanism", None), Gaussian):  # a fixed-size batch or replace-one step
+        mechanism = mechanism.mechanism
     if isinstance(mechanism, Gaussian):
         raise UnsupportedError(
             "the pure engine cannot account a Gaussian mechanism: it is not pure epsilon-DP "

@@ -10,6 +10,11 @@ Mapping (both directions)::
     PureDP(epsilon)                          <->  RandomizedResponseDpEvent(
                                                       noise_parameter=2/(1+e^epsilon), num_buckets=2)
     PoissonSampled(mechanism, q)             <->  PoissonSampledDpEvent(q, event)
+    SampledWithoutReplacement(Gaussian(s), B, n)
+                                             <->  SampledWithoutReplacementDpEvent(n, B,
+                                                      GaussianDpEvent(s / 2))
+    WithRelation(d, relation)                 ->  the event of d (the relation is the
+                                                  accountant's: see neighboring_relation)
     Composed([(d1, c1), (d2, c2), ...])      <->  ComposedDpEvent([e1 or SelfComposedDpEvent(e1, c1), ...])
 
 Notes on exactness:
@@ -42,12 +47,26 @@ Notes on exactness:
   sensitivity 1.  In the other direction a top-level ``SelfComposedDpEvent`` comes back
   as a one-part ``ComposedDpEvent``, and nested ``SelfComposedDpEvent``/``ComposedDpEvent``
   keep their nesting as nested ``Composed`` parts.
+* Fixed-size batches: dp-accounting accounts ``SampledWithoutReplacementDpEvent`` only in
+  its RDP accountant under ``NeighboringRelation.REPLACE_ONE``, with the Wang, Balle,
+  Kasiviswanathan (2019) bound, where the Gaussian noise multiplier is relative to the
+  *replace-one* sensitivity (its q = 1 value is alpha/(2 s^2)).  dpforge's sensitivities
+  are per record (add-or-remove), and replacing a record moves the sum by twice that, so
+  dpforge's noise multiplier s is written as s/2 and read back doubled: the two
+  descriptions then mean the same release.  (dp-accounting's PLD accountant reads a
+  ``GaussianDpEvent`` under ``REPLACE_ONE`` per record, N(-1, s^2) vs N(1, s^2), as
+  dpforge does; the conversion of Poisson and unsampled events is unchanged.)  Only a
+  Gaussian inside a ``SampledWithoutReplacementDpEvent`` is converted.
+* The relation is not part of a ``DpEvent`` (it is the accountant's
+  ``neighboring_relation``): :func:`to_dp_event` drops a ``WithRelation`` wrapper and
+  :func:`neighboring_relation` gives the value to construct the accountant with;
+  :func:`from_dp_event` takes ``relation=`` to wrap the description.
 * ``NoOpDpEvent`` (and ``PoissonSampledDpEvent`` with sampling probability 0, and
   ``SelfComposedDpEvent`` with count 0, which dp_accounting treats the same way) are
   skipped inside compositions; an event made only of such no-ops has nothing to account
-  and raises ``ValueError``.  Anything else (``NonPrivateDpEvent``, sampling with or
-  without replacement, tree aggregation, zCDP, ...) raises ``ValueError`` naming the
-  event type.
+  and raises ``ValueError``.  Anything else (``NonPrivateDpEvent``, sampling with
+  replacement (which no dp-accounting accountant accounts), tree aggregation, zCDP, ...)
+  raises ``ValueError`` naming the event type.
 """
 
 from __future__ import annotations
@@ -58,8 +77,9 @@ from typing import Any
 from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Composed, Description, PoissonSampled
+from dpforge.mechanisms.sampling import SampledWithoutReplacement, Shuffled, WithRelation, require_relation, unwrap
 
-__all__ = ["from_dp_event", "to_dp_event"]
+__all__ = ["from_dp_event", "neighboring_relation", "to_dp_event"]
 
 _INSTALL_HINT = (
     "converting to or from dp_accounting DpEvents needs the optional dependency "
@@ -111,7 +131,18 @@ def to_dp_event(description: Description) -> Any:
     ``ValueError`` for a description it cannot express.
     """
     dp_event = _dp_event_module()
-    return _to_event(description, dp_event)
+    inner, _ = unwrap(description)
+    return _to_event(inner, dp_event)
+
+
+def neighboring_relation(description: Description) -> Any:
+    """dp_accounting's ``NeighboringRelation`` for the relation ``description`` states
+    (``ADD_OR_REMOVE_ONE`` unless it is wrapped in ``WithRelation(..., "replace-one")``)."""
+    import dp_accounting
+
+    _, relation = unwrap(description)
+    names = {"add-remove": "ADD_OR_REMOVE_ONE", "replace-one": "REPLACE_ONE"}
+    return getattr(dp_accounting.NeighboringRelation, names[relation])
 
 
 def _to_event(description: Any, dp_event: Any) -> Any:
@@ -138,6 +169,21 @@ def _to_event(description: Any, dp_event: Any) -> Any:
             sampling_probability=float(description.sampling_rate),
             event=_to_event(description.mechanism, dp_event),
         )
+    if isinstance(description, SampledWithoutReplacement):
+        if not isinstance(description.mechanism, Gaussian):
+            raise UnsupportedError(
+                f"SampledWithoutReplacement of {type(description.mechanism).__name__} has no DpEvent that "
+                "dp-accounting accounts; only a Gaussian is converted"
+            )
+        return dp_event.SampledWithoutReplacementDpEvent(
+            source_dataset_size=int(description.dataset_size),
+            sample_size=int(description.batch_size),
+            event=dp_event.GaussianDpEvent(noise_multiplier=float(description.mechanism.noise_multiplier) / 2.0),
+        )
+    if isinstance(description, Shuffled):
+        raise UnsupportedError("a Shuffled epoch has no dp_accounting DpEvent (no accountant bounds it)")
+    if isinstance(description, WithRelation):
+        raise ParameterError("WithRelation must be the outermost node of a description (one relation per run)")
     if isinstance(description, Composed):
         events = []
         for part, count in description.parts:
@@ -155,7 +201,7 @@ def _to_event(description: Any, dp_event: Any) -> Any:
 # ---------------------------------------------------------------------------------------
 # DpEvent -> dpforge
 # ---------------------------------------------------------------------------------------
-def from_dp_event(event: Any) -> Description:
+def from_dp_event(event: Any, relation: str = "add-remove") -> Description:
     """The dpforge description of a dp_accounting ``DpEvent``.
 
     Supports ``GaussianDpEvent``, ``LaplaceDpEvent``, binary ``RandomizedResponseDpEvent``,
@@ -168,13 +214,14 @@ def from_dp_event(event: Any) -> Description:
     dp_event = _dp_event_module()
     if not isinstance(event, dp_event.DpEvent):
         raise ParameterError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}")
+    relation = require_relation(relation)
     description = _from_event(event, dp_event)
     if description is None:
         raise ParameterError(
             f"{type(event).__name__} contains no private release (only no-op events); "
             "there is nothing to account"
         )
-    return description
+    return description if relation == "add-remove" else WithRelation(description, relation)
 
 
 def _require_positive_parameter(event: Any, name: str, value: Any) -> None:
@@ -227,6 +274,22 @@ def _from_event(event: Any, dp_event: Any) -> Description | None:
                 "Poisson subsampling applies to a single mechanism (or a subsampled one)"
             )
         return PoissonSampled(inner, sampling_rate=float(rate))
+    if isinstance(event, dp_event.SampledWithoutReplacementDpEvent):
+        size, batch = event.source_dataset_size, event.sample_size
+        for name, value in (("source_dataset_size", size), ("sample_size", batch)):
+            if isinstance(value, bool) or not isinstance(value, int) and not hasattr(value, "__index__"):
+                raise ParameterError(f"SampledWithoutReplacementDpEvent.{name} must be an integer, got {value!r}")
+        if int(batch) == 0:
+            return None  # an empty batch releases nothing
+        inner = _from_event(event.event, dp_event)
+        if inner is None:
+            return None
+        if not isinstance(inner, Gaussian):
+            raise UnsupportedError(
+                f"SampledWithoutReplacementDpEvent of {type(event.event).__name__} is not supported: "
+                "only a GaussianDpEvent is converted (the one dp-accounting accounts)"
+            )
+        return SampledWithoutReplacement(Gaussian(2.0 * float(inner.noise_multiplier)), int(batch), int(size))
     if isinstance(event, dp_event.SelfComposedDpEvent):
         part = _part(event, dp_event)
         return None if part is None else Composed([part])

@@ -267,3 +267,47 @@ def result_labels(description: Any) -> dict[str, str]:
         "neighbouring": relation_of(description).replace("-", "_"),
         "sampling": "+".join(schemes_of(description)),
     }
+
+
+def lower_bound_description(description: Any) -> Any:
+    """A description (add-remove vocabulary, no wrapper) whose pairs are each *realised*
+    by an actual pair of neighbouring datasets of the run, or None when the description's
+    own pairs already are (Poisson and unsampled steps under add-remove; unsampled and
+    Poisson-Gaussian steps under replace-one).  An engine's lower bound for it is a lower
+    bound on the run's epsilon; the symmetrised pairs' own lower bounds are only lower
+    bounds on the certified upper bound.
+
+    * fixed-size batch (either relation): every other record contributes +g, the differing
+      one -g (or is absent): per step N(0) vs (1-q) N(0) + q N(-2g), in both orders and
+      uniformly over the steps: ``PoissonSampled(doubled(mechanism), B/n)`` under
+      add-remove (its remove and add pairs);
+    * Poisson, replace-one, non-Gaussian: the replacing record contributes 0:
+      ``PoissonSampled(mechanism, q)`` under add-remove (its remove pair)."""
+    from dpforge.mechanisms.combinators import Composed, PoissonSampled
+
+    inner, relation = unwrap(description)
+    changed = False
+
+    def visit(node: Any) -> Any:
+        nonlocal changed
+        if isinstance(node, Composed):
+            return Composed([(visit(part), count) for part, count in node.parts])
+        if isinstance(node, SampledWithoutReplacement):
+            changed = True
+            return PoissonSampled(doubled(node.mechanism), node.sampling_rate)
+        if relation == "add-remove":
+            return node
+        if isinstance(node, PoissonSampled):
+            mechanism, rate = node.base()
+            if rate >= 1.0:
+                return doubled(mechanism)
+            if isinstance(mechanism, Gaussian):
+                return EffectiveMechanism(mechanism, rate, "poisson", relation)
+            changed = True
+            return PoissonSampled(mechanism, rate)
+        if isinstance(node, Mechanism):
+            return doubled(node)
+        return node
+
+    mapped = visit(inner)
+    return mapped if changed else None

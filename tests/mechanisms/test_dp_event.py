@@ -261,7 +261,6 @@ UNSUPPORTED = [
     dp_event.NonPrivateDpEvent(),
     dp_event.UnsupportedDpEvent(),
     dp_event.SampledWithReplacementDpEvent(1000, 10, dp_event.GaussianDpEvent(1.0)),
-    dp_event.SampledWithoutReplacementDpEvent(1000, 10, dp_event.GaussianDpEvent(1.0)),
     dp_event.SingleEpochTreeAggregationDpEvent(1.0, 10),
     dp_event.ZCDpEvent(0.5),
     dp_event.DiscreteLaplaceDpEvent(0.5, 1),
