@@ -2,7 +2,7 @@
 
 A plan written by dpforge (:func:`~dpforge.budget.plan_writer.write_plan`,
 ``Ledger.to_plan``) is *sealed*: its first line states the totals and its last line the
-SHA-256 of everything before it (docs/design.md §6)::
+SHA-256 of everything before it (docs/design.md §7)::
 
     # dpforge-plan-integrity: v1 phases=3 steps=2600
     delta = 1e-05

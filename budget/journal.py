@@ -1,6 +1,6 @@
 """The run journal: an append-only, checksummed record of every released private step.
 
-Format (docs/design.md §6).  UTF-8 JSON lines; each line is one record, a JSON object
+Format (docs/design.md §7).  UTF-8 JSON lines; each line is one record, a JSON object
 with the keys
 
 * ``"seq"``: 0, 1, 2, ... (one per line, no gaps);

@@ -5,7 +5,7 @@ are merged into one phase, so a ledger of a million identical steps is one entry
 ledger accounts itself with any engine (the certified PRV engine by default), and
 writes the plan file that ``dpforge verify`` checks in CI.
 
-Durability (docs/design.md §6): :meth:`Ledger.state_dict` / :meth:`Ledger.load_state_dict`
+Durability (docs/design.md §7): :meth:`Ledger.state_dict` / :meth:`Ledger.load_state_dict`
 checkpoint it; :meth:`Ledger.attach_journal` makes every record go first to an
 append-only :class:`~dpforge.budget.journal.RunJournal`, from which
 :meth:`Ledger.from_journal` rebuilds it after a crash.  The ledger also keeps where each

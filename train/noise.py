@@ -34,7 +34,7 @@ throughput.  LMO laws with much eta mass near 0 (Gamma shape < 1) can give draws
 overflow to +-inf in float32/bfloat16: that is the law, not a bug; such laws are useless
 for training anyway (infinite mean noise).
 
-Where the randomness comes from (docs/design.md §6).  No sampler silently derives its
+Where the randomness comes from (docs/design.md §7).  No sampler silently derives its
 noise from torch's or NumPy's global seed: ``generator=None`` means a fresh
 ``torch.Generator`` seeded from the operating system's entropy (:func:`fresh_generator`,
 63 bits from :mod:`secrets`).  A run that wants reproducible noise passes its own

@@ -2,7 +2,7 @@
 
 Opt-in (``secure=True`` on :class:`~dpforge.train.dpsgd.DPSGDNoiseStep` and
 :class:`~dpforge.train.dpzo.DPZero`, or a :class:`SecureRandom` passed as the generator
-of :mod:`dpforge.train.noise`).  What it defends and what it does not (docs/design.md §6):
+of :mod:`dpforge.train.noise`).  What it defends and what it does not (docs/design.md §7):
 
 * **Predictable generators.**  torch's generators (Mersenne Twister on the CPU, Philox
   on CUDA) are not cryptographic: their state follows from their seed, or from enough
@@ -22,7 +22,7 @@ of :mod:`dpforge.train.noise`).  What it defends and what it does not (docs/desi
   (Mironov 2012, Thm. 1).  **Accounting consequence**: the release is no longer the
   Laplace mechanism, so it is recorded as ``PureDP(epsilon')`` (randomised response
   dominates every epsilon'-DP mechanism, Kairouz et al. 2015), which composes a little
-  worse than the Laplace privacy-loss law and costs the factor (1 + 12 B eta) (1e-6
+  worse than the Laplace privacy-loss law and costs the factor (1 + 12 B eta) (1.4e-6
   relative at the default B = 2^30 lambda).  The sensitivity bound is taken on the real
   input; the float64 sum of clipped terms can exceed it by rounding, as for every
   mechanism here.
