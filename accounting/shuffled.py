@@ -13,9 +13,16 @@ construction of :meth:`~dpforge.mechanisms.sampling.Shuffled.lower_bound_pair`
 so by data processing delta_run(eps) >= H_{e^eps}(P_max^E || Q_max^E) over E epochs (fresh
 permutations, hence a product), and a certified lower bound on that divergence's epsilon
 (the prv engine's ``lower``, or the Monte-Carlo engine's high-probability ``lower``) is a
-certified lower bound on the shuffled run's epsilon.  Results carry ``upper = inf`` (there
-is no upper bound to report), ``sampling = "shuffled"`` and, in ``accuracy``, the Poisson
-upper bound at q = B/n with the same number of steps, so the gap is visible.
+certified lower bound on the shuffled run's epsilon.  Results carry ``sampling =
+"shuffled"`` and, in ``accuracy``, the Poisson upper bound at q = B/n with the same
+number of steps, so the gap is visible.
+
+Upper bound: under add-remove none is given (``upper = inf``): removing a record shifts
+every later record of the permutation, so the batches after it change too.  Under
+replace-one the replacing record takes the same position, only its batch differs, and an
+epoch is no worse than one release at twice the sensitivity (parallel composition, no
+amplification): ``upper`` is then the certified prv bound of E such releases, loose but
+certified (``accuracy["upper_from"]`` says so).
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from dpforge.validation import require_non_negative, require_probability_open
 LOWER_BOUND_ENGINES = ("prv", "montecarlo")
 
 NOTE = (
-    "shuffled batches: only a certified LOWER bound on epsilon is known (max-test construction, "
-    "Chua et al. 2024); upper is inf, and the Poisson upper bound (poisson_upper) is NOT an upper bound for this run"
+    "shuffled batches: no tight upper bound is known; lower is certified (max-test construction, Chua et al. 2024), "
+    "upper is inf (add-remove) or the no-amplification bound (replace-one), and the Poisson upper bound "
+    "(poisson_upper) is NOT an upper bound for this run"
 )
 
 
@@ -70,6 +78,13 @@ def _descriptions(description: Any) -> tuple[Composed, Any, str]:
     return lower, poisson, relation
 
 
+def _no_amplification(description: Any) -> Composed:
+    """Replace-one: each epoch as one unsampled release of its mechanism at twice the
+    sensitivity (the doubling is flatten's, under the wrapper)."""
+    inner, _ = unwrap(description)
+    return WithRelation(Composed([(epoch.mechanism, count) for epoch, count in _parts(inner)]), "replace-one")
+
+
 def _engine(name: str) -> Any:
     if name not in LOWER_BOUND_ENGINES:
         raise UnsupportedError(
@@ -97,9 +112,15 @@ def epsilon_lower_bound(description: Any, delta: float, *, engine: str = "prv", 
     lower = float(result.lower)
     if not math.isfinite(lower):  # pragma: no cover - defensive
         raise ParameterError("the shuffled lower bound is not finite")
+    upper, upper_from = math.inf, "none known under add-remove (removing a record moves every later batch)"
+    if relation == "replace-one":
+        from dpforge.accounting.api import get_engine
+
+        upper = float(get_engine("prv").epsilon(_no_amplification(description), delta).upper)
+        upper_from = "one release per epoch at twice the sensitivity (parallel composition, no amplification)"
     return EpsilonResult(
         lower=lower,
-        upper=math.inf,
+        upper=upper,
         estimate=lower,
         delta=delta,
         engine=result.engine,
@@ -110,6 +131,7 @@ def epsilon_lower_bound(description: Any, delta: float, *, engine: str = "prv", 
             "note": NOTE,
             "lower_construction": "max test over each epoch's noisy sums (Chua et al. 2024)",
             "poisson_upper": _poisson_upper(poisson, delta),
+            "upper_from": upper_from,
             "engine_accuracy": dict(result.accuracy),
         },
     )

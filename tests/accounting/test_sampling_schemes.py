@@ -155,7 +155,7 @@ def test_shuffled_gets_only_a_lower_bound():
     epoch = Shuffled(Gaussian(1.0), 100, 10000)
     result = api.epsilon(Composed([(epoch, 5)]), DELTA)
     assert math.isinf(result.upper) and result.sampling == "shuffled"
-    assert "LOWER" in result.accuracy["note"]
+    assert "NOT an upper bound" in result.accuracy["note"]
     poisson = api.epsilon(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 500)]), DELTA)
     assert result.accuracy["poisson_upper"] == pytest.approx(poisson.upper)
     # sanity: an epoch uses each record once, so it is no worse than one Gaussian release
@@ -163,6 +163,11 @@ def test_shuffled_gets_only_a_lower_bound():
     assert '"epsilon_upper": "inf"' in result.to_json()
     with pytest.raises(UnsupportedError, match="lower bound"):
         api.epsilon(Composed([(epoch, 5)]), DELTA, engine="rdp")
+    # replace-one: the no-amplification bound (one release per epoch at twice the sensitivity)
+    replace = api.epsilon(WithRelation(Composed([(epoch, 5)])), DELTA)
+    assert replace.upper >= gaussian_epsilon(2.0 * math.sqrt(5.0), DELTA) * (1 - 1e-9)
+    assert replace.upper <= gaussian_epsilon(2.0 * math.sqrt(5.0), DELTA) * (1 + 2e-3)
+    assert replace.lower == pytest.approx(result.lower, rel=1e-9)
     delta = api.delta(Composed([(epoch, 5)]), 1.0)
     assert delta.upper == 1.0 and 0 < delta.lower < 1
 
