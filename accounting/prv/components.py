@@ -13,7 +13,7 @@ import numpy as np
 
 from dpforge.accounting.prv.compose import compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
-from dpforge.accounting.prv.discretise import GridMeasure, lower_measure, upper_measure
+from dpforge.accounting.prv.discretise import GridMeasure, _bulk_quantiles, lower_measure, upper_measure
 from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
@@ -86,7 +86,13 @@ def bulk_spread(loss: PrivacyLoss) -> float:
     deviation for a normal law).  Subsampled losses have rare large values that inflate
     the variance; the grid has to resolve the bulk, which this measures."""
 
-    return max((loss.quantile(0.95) - loss.quantile(0.05)) / 3.29, 0.0)
+    q05, q95, _, _ = _bulk_quantiles(loss)
+    return max((q95 - q05) / 3.29, 0.0)
+
+
+#: grid points of the coarse connect-the-dots measure :func:`single_step_moments` reads
+#: moments from (they size windows and first steps only; no bound depends on them)
+_MOMENT_POINTS = 1000.0
 
 
 @functools.lru_cache(maxsize=4096)
@@ -94,7 +100,7 @@ def single_step_moments(loss: PrivacyLoss, tail: float) -> tuple[float, float, f
     """(mean, variance, span of the truncation range) of one step's loss under P."""
     cut = truncation(loss, tail)
     span = max(cut.high - cut.low, 1e-9)
-    coarse = upper_measure(loss, span / 4000.0, cut.low, cut.high)
+    coarse = upper_measure(loss, span / _MOMENT_POINTS, cut.low, cut.high)
     x = coarse.positions
     m = coarse.masses / max(coarse.total_mass, 1e-300)
     mean = float(np.dot(m, x))

@@ -26,6 +26,7 @@ functions; the composition step accounts for aliasing and FFT round-off.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numba
@@ -58,10 +59,18 @@ class GridMeasure:
     def mean_index(self) -> float:
         """Mass-weighted mean grid index of the finite masses (``first_index`` when the
         measure is empty)."""
-        total = self.masses.sum()
-        if total <= 0:
-            return float(self.first_index)
-        return float(self.first_index + np.dot(self.masses, np.arange(self.masses.size, dtype=float)) / total)
+        return float(self.first_index + _mean_offset(self.masses))
+
+
+@numba.njit(cache=True)
+def _mean_offset(masses: np.ndarray) -> float:  # pragma: no cover - jitted
+    """sum_j j m_j / sum_j m_j (0 for an empty measure)."""
+    total = 0.0
+    weighted = 0.0
+    for j in range(masses.size):
+        total += masses[j]
+        weighted += j * masses[j]
+    return weighted / total if total > 0 else 0.0
 
 
 def _differences(cdf: np.ndarray, sf: np.ndarray) -> np.ndarray:
@@ -178,6 +187,13 @@ def _cell_weights(m: np.ndarray, n: np.ndarray, grid: np.ndarray) -> tuple[np.nd
     return up, down
 
 
+@functools.lru_cache(maxsize=4096)
+def _bulk_quantiles(loss: PrivacyLoss) -> tuple[float, float, float, float]:
+    """(q_0.05, q_0.95, lower 1e-6 quantile, upper 1e-4 quantile) of one step's loss under
+    P (cached: every grid step of every refinement asks the same law for them)."""
+    return loss.quantile(0.05), loss.quantile(0.95), loss.lower_quantile(1e-6), loss.upper_quantile(1e-4)
+
+
 def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 24) -> float:
     """Grid offset in [0, step) for the optimistic measure.
 
@@ -194,29 +210,96 @@ def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candi
         anchor = atoms[0]
         margin = 256.0 * np.finfo(float).eps * max(1.0, max(abs(a) for a in atoms)) + 1e-9 * step
         return float((anchor - margin) % step)
-    bulk_range = loss.quantile(0.95) - loss.quantile(0.05)
-    if bulk_range > 200.0 * step:
+    q05, q95, tail_low, tail_high = _bulk_quantiles(loss)
+    if q95 - q05 > 200.0 * step:
         return 0.0  # the grid resolves the law: the offset does not matter
-    bulk_low = max(low, loss.lower_quantile(1e-6))
-    bulk_high = min(high, loss.upper_quantile(1e-4))
+    bulk_low = max(low, tail_low)
+    bulk_high = min(high, tail_high)
     cells = int(np.ceil((bulk_high - bulk_low) / step)) + 2
     candidates = int(max(4, min(candidates, 60_000 // max(cells, 1))))
     sub = step / candidates
     start = bulk_low - step
     points = start + sub * np.arange((cells + 1) * candidates + 1)
     cdf_p, sf_p, cdf_q, sf_q = loss.distribution_functions(points)
-    excess = np.empty(candidates)
-    for phase in range(candidates):
-        idx = np.arange(phase, points.size, candidates)
-        grid = points[idx]
-        a_p, b_p, a_q, b_q = cdf_p[idx], sf_p[idx], cdf_q[idx], sf_q[idx]
-        m, n = _differences(a_p, b_p), _differences(a_q, b_q)
-        up, down = _cell_weights(m, n, grid)
-        top_up = max(float(b_p[-1] - b_q[-1] * np.exp(grid[-1])), 0.0)
-        pi = _route(up, down, top_up)
-        excess[phase] = np.maximum(_label_excess(pi, up, down, top_up), 0.0).sum()
+    excess = _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates)
     best = int(np.argmin(excess))
     return float((start + best * sub) % step)
+
+
+def _phase_excess_reference(
+    points: np.ndarray, cdf_p: np.ndarray, sf_p: np.ndarray, cdf_q: np.ndarray, sf_q: np.ndarray, phase: int, candidates: int
+) -> float:
+    """Total label excess of routing the grid ``points[phase::candidates]`` (numpy; the
+    specification :func:`_phase_excesses` compiles)."""
+    idx = np.arange(phase, points.size, candidates)
+    grid = points[idx]
+    a_p, b_p, a_q, b_q = cdf_p[idx], sf_p[idx], cdf_q[idx], sf_q[idx]
+    m, n = _differences(a_p, b_p), _differences(a_q, b_q)
+    up, down = _cell_weights(m, n, grid)
+    top_up = max(float(b_p[-1] - b_q[-1] * np.exp(grid[-1])), 0.0)
+    pi = _route(up, down, top_up)
+    return float(np.maximum(_label_excess(pi, up, down, top_up), 0.0).sum())
+
+
+@numba.njit(cache=True)
+def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no cover - jitted
+    """For every candidate offset c, the total label excess of routing the grid
+    ``points[c::candidates]``: :func:`_phase_excess_reference` for all candidates in one
+    compiled pass (same steps: cell masses, weights, both sweeps, the split, the tip)."""
+    out = np.empty(candidates)
+    for phase in range(candidates):
+        size = (points.size - phase + candidates - 1) // candidates
+        cells = size - 1
+        up = np.empty(cells)
+        down = np.empty(cells)
+        for c in range(cells):
+            i, j = phase + c * candidates, phase + (c + 1) * candidates
+            m = cdf_p[j] - cdf_p[i] if cdf_p[j] <= 0.5 else sf_p[i] - sf_p[j]
+            n = cdf_q[j] - cdf_q[i] if cdf_q[j] <= 0.5 else sf_q[i] - sf_q[j]
+            m = max(m, 0.0)
+            n = max(n, 0.0)
+            up[c] = max(m - n * np.exp(points[i]), 0.0)
+            down[c] = max(n * np.exp(points[j]) - m, 0.0)
+        last = phase + cells * candidates
+        top_up = max(sf_p[last] - sf_q[last] * np.exp(points[last]), 0.0)
+        forward = _sweep_forward(up, down)
+        backward = _sweep_backward(up, down, top_up)
+        # cost(s) = forward excess of labels < s + backward excess of labels > s + |mismatch at s|
+        after = np.zeros(cells + 1)
+        running = 0.0
+        for k in range(cells, 0, -1):
+            after[k] = running
+            pos = top_up if k == cells else backward[k] * up[k]
+            running += max(pos - (1.0 - backward[k - 1]) * down[k - 1], 0.0)
+        after[0] = running
+        best_cost = np.inf
+        split = 0
+        before = 0.0
+        for s in range(cells + 1):
+            pos = top_up if s == cells else backward[s] * up[s]
+            neg = 0.0 if s == 0 else (1.0 - forward[s - 1]) * down[s - 1]
+            cost = before + after[s] + abs(pos - neg)
+            if cost < best_cost:
+                best_cost, split = cost, s
+            if s < cells:
+                f_pos = forward[s] * up[s]
+                f_neg = 0.0 if s == 0 else (1.0 - forward[s - 1]) * down[s - 1]
+                before += max(f_pos - f_neg, 0.0)
+        pi = np.empty(cells)
+        for c in range(cells):
+            pi[c] = forward[c] if c < split else backward[c]
+        if split > 0:
+            pos = top_up if split == cells else backward[split] * up[split]
+            neg = (1.0 - forward[split - 1]) * down[split - 1]
+            if neg > pos and down[split - 1] > 0:
+                pi[split - 1] = min(1.0, 1.0 - pos / down[split - 1])
+        total = 0.0
+        for k in range(cells + 1):
+            pos = top_up if k == cells else pi[k] * up[k]
+            neg = 0.0 if k == 0 else (1.0 - pi[k - 1]) * down[k - 1]
+            total += max(pos - neg, 0.0)
+        out[phase] = total
+    return out
 
 
 def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float, phase: float | None = None) -> GridMeasure:
