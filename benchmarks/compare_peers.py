@@ -78,6 +78,7 @@ class Workload:
     steps: int | None = None
     target_epsilon: float | None = None
     heavy: bool = False
+    delta: float = DELTA
 
     @property
     def total_steps(self) -> int:
@@ -148,9 +149,11 @@ class NotApplicable(Exception):
 # --------------------------------------------------------------------------------------
 
 
-def _gaussian(name: str, q: float, sigma: float, steps: int, summary: str = "", heavy: bool = False) -> Workload:
-    text = summary or f"q={q:g} sigma={sigma:g} T={steps:,}"
-    return Workload(name, "gaussian", text, phases=((sigma, q, steps),), heavy=heavy)
+def _gaussian(
+    name: str, q: float, sigma: float, steps: int, summary: str = "", heavy: bool = False, delta: float = DELTA
+) -> Workload:
+    text = summary or f"q={q:g} sigma={sigma:g} T={steps:,}" + (f" delta={delta:g}" if delta != DELTA else "")
+    return Workload(name, "gaussian", text, phases=((sigma, q, steps),), heavy=heavy, delta=delta)
 
 
 def _calibration(name: str, target: float, q: float = 0.01, steps: int = 10_000) -> Workload:
@@ -175,12 +178,24 @@ def build_workloads() -> list[Workload]:
         _calibration("C1", 1.0),
         _calibration("C8", 8.0),
         Workload("L1", "laplace", "Laplace scale=2 q=0.01 T=1,000", phases=((2.0, 0.01, 1_000),)),
+        # tiny delta (the LMO-DP paper and most LLM fine-tuning papers use delta <= 1e-10)
+        _gaussian("D10", 0.004, 1.1, 1_000, delta=1e-10),
+        _gaussian("D12", 0.004, 1.1, 1_000, delta=1e-12),
+        _gaussian("D15", 0.004, 1.1, 1_000, delta=1e-15),
         _gaussian("S1", 1e-4, 0.6, 1_000_000, heavy=True),
         Workload(
             "S2",
             "gaussian",
             "1,000 phases sigma_i=0.8+0.4i/999 q=0.01 x10",
             phases=s2,
+            heavy=True,
+        ),
+        # a training ledger with a per-step noise schedule: 10,000 distinct single steps
+        Workload(
+            "S3",
+            "gaussian",
+            "10,000 single steps sigma_i=0.8+0.4i/9999 q=0.01",
+            phases=tuple((0.8 + 0.4 * i / 9999, 0.01, 1) for i in range(10_000)),
             heavy=True,
         ),
     ]
@@ -205,7 +220,7 @@ def _dpforge_description(workload: Workload):
 def dpforge_epsilon(workload: Workload) -> Outcome:
     from dpforge.accounting import epsilon
 
-    result = epsilon(_dpforge_description(workload), DELTA)
+    result = epsilon(_dpforge_description(workload), workload.delta)
     return Outcome(
         epsilon=result.upper,
         lower=result.lower,
@@ -220,7 +235,7 @@ def dpforge_calibrate(workload: Workload) -> Outcome:
         from dpforge.accounting import calibrate_noise_multiplier
     except ImportError as error:
         raise NotApplicable(f"calibrate_noise_multiplier not importable ({error})") from None
-    result = calibrate_noise_multiplier(workload.sampling_rate, workload.steps, workload.target_epsilon, DELTA)
+    result = calibrate_noise_multiplier(workload.sampling_rate, workload.steps, workload.target_epsilon, workload.delta)
     return Outcome(
         epsilon=result.epsilon,
         parameter=result.parameter,
@@ -235,7 +250,7 @@ def dpforge_upper_at(workload: Workload, sigma: float) -> float:
     from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
 
     description = Composed([(PoissonSampled(Gaussian(sigma), workload.sampling_rate), workload.steps)])
-    return epsilon(description, DELTA).upper
+    return epsilon(description, workload.delta).upper
 
 
 def dpforge_warmup() -> None:
@@ -266,9 +281,10 @@ def prv_epsilon(workload: Workload) -> Outcome:
     prvs = [PoissonSubsampledGaussianMechanism(noise_multiplier=s, sampling_probability=q) for s, q, _ in workload.phases]
     counts = [count for _, _, count in workload.phases]
     accountant = PRVAccountant(
-        prvs=prvs, max_self_compositions=counts, eps_error=PRV_EPS_ERROR, delta_error=PRV_DELTA_ERROR
+        prvs=prvs, max_self_compositions=counts, eps_error=PRV_EPS_ERROR,
+        delta_error=min(PRV_DELTA_ERROR, 1e-3 * workload.delta),
     )
-    low, estimate, high = accountant.compute_epsilon(delta=DELTA, num_self_compositions=counts)
+    low, estimate, high = accountant.compute_epsilon(delta=workload.delta, num_self_compositions=counts)
     return Outcome(epsilon=float(estimate), lower=float(low), upper=float(high), estimate=float(estimate))
 
 
@@ -296,7 +312,7 @@ def pld_epsilon(workload: Workload) -> Outcome:
             )
         pld = pld.self_compose(count)
         composed = pld if composed is None else composed.compose(pld)
-    value = float(composed.get_epsilon_for_delta(DELTA))
+    value = float(composed.get_epsilon_for_delta(workload.delta))
     return Outcome(epsilon=value, details={"kind": "pessimistic estimate"})
 
 
@@ -319,7 +335,7 @@ def rdp_epsilon(workload: Workload) -> Outcome:
 
     accountant = rdpa.RdpAccountant()
     accountant.compose(_dp_event(workload))
-    return Outcome(epsilon=float(accountant.get_epsilon(DELTA)), details={"kind": "RDP upper bound"})
+    return Outcome(epsilon=float(accountant.get_epsilon(workload.delta)), details={"kind": "RDP upper bound"})
 
 
 def _make_pld_accountant():
@@ -348,7 +364,7 @@ def _dpacc_calibrate(workload: Workload, make_accountant: Callable[[], Any]) -> 
         make_accountant,
         make_event,
         workload.target_epsilon,
-        DELTA,
+        workload.delta,
         bracket_interval=dp_accounting.LowerEndpointAndGuess(*PEER_CALIBRATION_BRACKET),
         tol=PEER_CALIBRATION_TOL,
     )
@@ -364,11 +380,11 @@ def rdp_calibrate(workload: Workload) -> Outcome:
 
 
 def pld_epsilon_at(workload: Workload, sigma: float) -> float:
-    return float(_make_pld_accountant().compose(_dp_event(workload, sigma)).get_epsilon(DELTA))
+    return float(_make_pld_accountant().compose(_dp_event(workload, sigma)).get_epsilon(workload.delta))
 
 
 def rdp_epsilon_at(workload: Workload, sigma: float) -> float:
-    return float(_make_rdp_accountant().compose(_dp_event(workload, sigma)).get_epsilon(DELTA))
+    return float(_make_rdp_accountant().compose(_dp_event(workload, sigma)).get_epsilon(workload.delta))
 
 
 # --------------------------------------------------------------------------------------
@@ -393,12 +409,12 @@ def _opacus_accountant(name: str, history):
 
 
 def opacus_rdp_epsilon(workload: Workload) -> Outcome:
-    value = _opacus_accountant("rdp", _opacus_history(workload)).get_epsilon(delta=DELTA)
+    value = _opacus_accountant("rdp", _opacus_history(workload)).get_epsilon(delta=workload.delta)
     return Outcome(epsilon=float(value), details={"kind": "RDP upper bound"})
 
 
 def opacus_prv_epsilon(workload: Workload) -> Outcome:
-    value = _opacus_accountant("prv", _opacus_history(workload)).get_epsilon(delta=DELTA, eps_error=PRV_EPS_ERROR)
+    value = _opacus_accountant("prv", _opacus_history(workload)).get_epsilon(delta=workload.delta, eps_error=PRV_EPS_ERROR)
     return Outcome(epsilon=float(value), details={"kind": "PRV upper (delta_error = delta/1000)"})
 
 
@@ -407,7 +423,7 @@ def _opacus_calibrate(workload: Workload, accountant: str) -> Outcome:
 
     sigma = get_noise_multiplier(
         target_epsilon=workload.target_epsilon,
-        target_delta=DELTA,
+        target_delta=workload.delta,
         sample_rate=workload.sampling_rate,
         steps=workload.steps,
         accountant=accountant,
@@ -425,12 +441,12 @@ def opacus_prv_calibrate(workload: Workload) -> Outcome:
 
 
 def opacus_rdp_epsilon_at(workload: Workload, sigma: float) -> float:
-    return float(_opacus_accountant("rdp", _opacus_history(workload, sigma)).get_epsilon(delta=DELTA))
+    return float(_opacus_accountant("rdp", _opacus_history(workload, sigma)).get_epsilon(delta=workload.delta))
 
 
 def opacus_prv_epsilon_at(workload: Workload, sigma: float) -> float:
     accountant = _opacus_accountant("prv", _opacus_history(workload, sigma))
-    return float(accountant.get_epsilon(delta=DELTA, eps_error=PRV_EPS_ERROR))
+    return float(accountant.get_epsilon(delta=workload.delta, eps_error=PRV_EPS_ERROR))
 
 
 def autodp_epsilon(workload: Workload) -> Outcome:
@@ -445,7 +461,7 @@ def autodp_epsilon(workload: Workload) -> Outcome:
         for i, (s, q, _) in enumerate(workload.phases)
     ]
     composed = Composition()(mechanisms, [count for _, _, count in workload.phases])
-    return Outcome(epsilon=float(composed.get_approxDP(DELTA)), details={"kind": "RDP upper bound"})
+    return Outcome(epsilon=float(composed.get_approxDP(workload.delta)), details={"kind": "RDP upper bound"})
 
 
 def autodp_calibrate(workload: Workload) -> Outcome:
@@ -834,7 +850,7 @@ def calibration_table(workloads: list[Workload], results: list[Measurement]) -> 
 
 
 def report(workloads: list[Workload], results: list[Measurement], args: argparse.Namespace) -> str:
-    lines = [f"delta = {DELTA:g}; times are medians of n calls; dpf/peer = dpforge median / peer median "
+    lines = [f"delta = {DELTA:g} unless a workload says otherwise; times are medians of n calls; dpf/peer = dpforge median / peer median "
              "(< 1: dpforge faster); width = (upper - lower) / upper"]
     for workload in workloads:
         lines.append(f"  {workload.name:<3} {workload.summary}")
