@@ -186,3 +186,18 @@ def test_shuffled_lower_bound_montecarlo_agrees():
     prv = api.epsilon(description, 1e-2)
     mc = api.epsilon(description, 1e-2, engine="montecarlo", samples=200_000, seed=5)
     assert abs(mc.lower - prv.lower) <= 0.05 * prv.lower
+
+
+def test_calibration_over_fixed_size_batches_verifies():
+    from dpforge.accounting.calibrate import calibrate
+
+    def make(sigma):
+        return WithRelation(Composed([(SampledWithoutReplacement(Gaussian(sigma), 100, 10_000), 500)]))
+
+    result = calibrate(make, 2.0, DELTA, parameter_name="noise_multiplier")
+    assert api.epsilon(make(result.parameter), DELTA).upper <= 2.0 * (1 + 1e-9)
+    # more noise than Poisson sampling needs for the same target under the same relation
+    poisson = calibrate(
+        lambda s: WithRelation(Composed([(PoissonSampled(Gaussian(s), 0.01), 500)])), 2.0, DELTA
+    )
+    assert result.parameter > poisson.parameter
