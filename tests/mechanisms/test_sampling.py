@@ -192,3 +192,14 @@ def test_description_serialisation_round_trip(description):
 def test_description_reading_is_strict(data, name):
     with pytest.raises(InputFileError, match=name):
         description_from_dict(data)
+
+
+@pytest.mark.parametrize("base", [GaussianPair(1.0), GaussianPair(4.0), LaplacePair(3.0)])
+@pytest.mark.parametrize("q", [0.01, 0.3, 0.9])
+def test_mixture_profile_dominates_its_reverse_for_positive_epsilon(base, q):
+    """The condition under which the symmetrised law is Dong-Roth-Su's C_q(f): at eps >= 0
+    the reverse order (add) never exceeds the mixture order (remove)."""
+    remove, add = PrivacyLoss(base, q, "remove"), PrivacyLoss(base, q, "add")
+    for eps in np.linspace(0.0, 6.0, 25):
+        profile = [float(loss.sf(eps, "P")) - math.exp(eps) * float(loss.sf(eps, "Q")) for loss in (remove, add)]
+        assert profile[1] <= profile[0] + 1e-12
