@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from dpforge import _deprecated
+from dpforge.budget.inputs import MAX_NESTING, UnreadableFileError, check_nesting, read_text
 from dpforge.errors import InputFileError, ParameterError
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
@@ -400,6 +401,12 @@ def parse_plan(text: str, source: str = _DEFAULT_SOURCE) -> Plan:
         raise PlanError("", f"not valid TOML: {_one_line(error)}", location) from None
     except TypeError:
         raise PlanError("", f"plan text must be a string, got {type(text).__name__}", location) from None
+    except RecursionError:
+        raise PlanError("", f"nested deeper than {MAX_NESTING} levels", location) from None
+    try:
+        check_nesting(document, "the plan")
+    except InputFileError:
+        raise PlanError("", f"nested deeper than {MAX_NESTING} levels", location) from None
     try:
         return _parse_document(document)
     except PlanError as error:
@@ -407,17 +414,15 @@ def parse_plan(text: str, source: str = _DEFAULT_SOURCE) -> Plan:
 
 
 def load_plan(path: str | os.PathLike[str]) -> Plan:
-    """Read and parse the plan file at ``path`` (UTF-8 TOML)."""
+    """Read and parse the plan file at ``path`` (UTF-8 TOML, at most 16 MiB: read by
+    :func:`dpforge.budget.inputs.read_text`, so a folder, ``/dev/zero`` or a binary file
+    is one :class:`PlanError` line)."""
     source = os.fspath(path)
     try:
-        with open(source, "rb") as handle:
-            raw = handle.read()
-    except OSError as error:
-        raise PlanError("", f"cannot read plan file: {error.strerror or error}", source) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PlanError("", "not valid TOML: the file is not UTF-8 text", source) from None
+        text = read_text(source, "plan file")
+    except UnreadableFileError as error:
+        problem = "not valid TOML: the file is not UTF-8 text" if error.problem.endswith("not UTF-8 text") else error.problem
+        raise PlanError("", problem, source) from None
     return parse_plan(text, source=source)
 
 

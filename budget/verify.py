@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpforge.accounting.prv.prefixes import epsilon_prefixes
+from dpforge.accounting.results import SCHEMA_VERSION, accuracy_record, dpforge_version, json_ready
 from dpforge.budget.plan import Plan
 
 @dataclass(frozen=True)
@@ -19,14 +20,16 @@ class PhaseCheck:
     epsilon_lower: float
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"phase", "index", "steps", "epsilon" (upper), "epsilon_lower"}`` for JSON output."""
-        return {
-            "phase": self.label,
-            "index": self.index,
-            "steps": self.steps,
-            "epsilon": self.epsilon_upper,
-            "epsilon_lower": self.epsilon_lower,
-        }
+        """``{"phase", "index", "steps", "epsilon_upper", "epsilon_lower"}`` for JSON output."""
+        return json_ready(
+            {
+                "phase": self.label,
+                "index": self.index,
+                "steps": self.steps,
+                "epsilon_upper": self.epsilon_upper,
+                "epsilon_lower": self.epsilon_lower,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -52,19 +55,32 @@ class VerifyReport:
         """The certified upper bound (what the budget is checked against)."""
         return self.epsilon_upper
 
+    def accuracy_summary(self) -> dict[str, Any]:
+        """The schema's ``accuracy`` (:func:`~dpforge.accounting.results.accuracy_record`)
+        of the whole plan's bracket: ``reached`` is false when it is wider than the
+        relative accuracy asked."""
+        return accuracy_record(self.accuracy, self.accuracy.get("relative_accuracy"), self.epsilon_lower, self.epsilon_upper)
+
     def to_dict(self) -> dict[str, Any]:
-        """The report as a dict ("epsilon" is the certified upper bound, "budget" the
-        budget epsilon or None, "phases" the per-phase :meth:`PhaseCheck.to_dict` rows)."""
-        return {
-            "epsilon": self.epsilon_upper,
-            "epsilon_lower": self.epsilon_lower,
-            "delta": self.delta,
-            "budget": self.budget_epsilon,
-            "within_budget": self.within_budget,
-            "engine": self.engine,
-            "accuracy": dict(self.accuracy),
-            "phases": [check.to_dict() for check in self.phases],
-        }
+        """The one result schema (:mod:`dpforge.accounting.results`) plus ``budget_epsilon``,
+        ``within_budget`` and ``phases`` (the per-phase :meth:`PhaseCheck.to_dict` rows)."""
+        return json_ready(
+            {
+                "schema_version": SCHEMA_VERSION,
+                "dpforge_version": dpforge_version(),
+                "engine": self.engine,
+                "relation": "add-remove",
+                "sampling": "poisson",
+                "mechanism": None,
+                "delta": self.delta,
+                "epsilon_upper": self.epsilon_upper,
+                "epsilon_lower": self.epsilon_lower,
+                "accuracy": self.accuracy_summary(),
+                "budget_epsilon": self.budget_epsilon,
+                "within_budget": self.within_budget,
+                "phases": [check.to_dict() for check in self.phases],
+            }
+        )
 
 
 def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:

@@ -123,14 +123,24 @@ def integer(flag: str, text: str | None, minimum: int, *, default: Any = _REQUIR
         raise CliError(f"{flag} must be an integer >= {minimum}, got {_shown(text)}") from None
 
 
+#: why ``--sampling-rate`` and ``--steps`` have no default: a forgotten flag would
+#: silently answer for one full-batch step
+_WORKLOAD_HINT = "; give --sampling-rate 1 --steps 1 for one full-batch release"
+
+
 def steps(text: str | None) -> int:
-    """``--steps``: an integer >= 1 (default 1)."""
-    return integer("--steps", text, 1, default=1)
+    """``--steps``: an integer >= 1, required (no silent one-step default)."""
+    if text is None:
+        raise CliError(f"--steps is required (an integer >= 1){_WORKLOAD_HINT}")
+    return integer("--steps", text, 1)
 
 
 def sampling_rate(text: str | None) -> float:
-    """``--sampling-rate``: the Poisson sampling rate, in (0, 1] (default 1)."""
-    return number("--sampling-rate", text, SAMPLING_RATE, default=1.0)
+    """``--sampling-rate``: the Poisson sampling rate, in (0, 1], required (no silent
+    full-batch default)."""
+    if text is None:
+        raise CliError(f"--sampling-rate is required (a number in (0, 1]){_WORKLOAD_HINT}")
+    return number("--sampling-rate", text, SAMPLING_RATE)
 
 
 def sensitivity(text: str | None) -> float:
@@ -143,9 +153,14 @@ def delta(text: str | None) -> float:
     return number("--delta", text, PROBABILITY)
 
 
+#: the relative accuracy asked when ``--relative-accuracy`` is not given
+DEFAULT_RELATIVE_ACCURACY = 1e-3
+
+
 def relative_accuracy(text: str | None) -> float:
-    """``--relative-accuracy``: the target (upper - lower)/upper, in (0, 1)."""
-    return number("--relative-accuracy", text, PROBABILITY)
+    """``--relative-accuracy``: the target (upper - lower)/upper, in (0, 1) (default
+    :data:`DEFAULT_RELATIVE_ACCURACY`)."""
+    return number("--relative-accuracy", text, PROBABILITY, default=DEFAULT_RELATIVE_ACCURACY)
 
 
 def existing_folder(flag: str, path: str | os.PathLike[str]) -> str:
@@ -211,73 +226,113 @@ def mechanism_description(args: argparse.Namespace) -> tuple[Description, dict[s
         return (*lmo_description(args), None)
     if args.plan is not None:
         plan = load_plan_flag(args)
-        return plan.description(), {"plan": os.fspath(args.plan), "phases": len(plan.phases)}, plan
+        summary = {"plan": os.fspath(args.plan), "phases": len(plan.phases), "workload_source": "plan"}
+        return plan.description(), summary, plan
     one = phase(args)
-    summary = {
+    summary: dict[str, Any] = {
         "noise": one.noise,
         one.parameter_name: one.parameter,
         "sensitivity": one.sensitivity,
         "sampling_rate": one.sampling_rate,
         "steps": one.steps,
+        "workload_source": "flags",
     }
     return one.description(), summary, None
 
 
-def load_lmo_file(path: str | os.PathLike[str]) -> LMO:
-    """The LMO mechanism saved in a JSON file: a search result (``dpforge lmo search
-    --out``, :meth:`LMOSearchResult.to_json`; read by :meth:`LMOSearchResult.from_dict`)
-    or one mechanism object (``LMO.to_dict()``; read by :meth:`LMO.from_dict`, which may
-    leave out the kind).  Any problem is a one-line
-    :class:`~dpforge.errors.InputFileError` naming the file."""
-    from dpforge.design import LMOSearchResult
+#: what :func:`read_lmo_file` reads besides the mechanism: the workload of a search result
+@dataclass(frozen=True)
+class LmoFile:
+    """An LMO file: the mechanism, and the workload (sampling rate, steps) a search
+    result was calibrated for (``None`` for a file holding the mechanism alone)."""
+
+    mechanism: LMO
+    sampling_rate: float | None = None
+    steps: int | None = None
+
+
+def _strict_lmo(data: Any) -> LMO:
+    """The LMO of a mechanism object, every field stated (no field takes a default)."""
     from dpforge.mechanisms.lmo import LMO
+    from dpforge.mechanisms.serialize import mechanism_to_dict
+
+    if not isinstance(data, dict):
+        raise InputFileError(f"mechanism: must be an LMO object, got {data!r}")
+    fields = [name for name in mechanism_to_dict(LMO()) if name != "mechanism"]
+    missing = [name for name in fields if name not in data]
+    if missing:
+        raise InputFileError(f"{missing[0]}: missing (an LMO file states every field: {', '.join(fields)})")
+    return LMO.from_dict(data)
+
+
+def read_lmo_file(path: str | os.PathLike[str]) -> LmoFile:
+    """The LMO mechanism saved in a JSON file, and the workload when it is a search
+    result (``dpforge lmo search --out``, read by :meth:`LMOSearchResult.from_dict`) rather
+    than one mechanism object (``LMO.to_dict()``, every field stated, the kind may be
+    left out).  The file is read by :func:`dpforge.budget.inputs.read_json_object`
+    (at most 16 MiB, no repeated keys, no deep nesting); any problem is a one-line
+    :class:`~dpforge.errors.InputFileError` naming the file and the field."""
+    from dpforge.budget.inputs import read_json_object
+    from dpforge.design import LMOSearchResult
 
     name = os.fspath(path)
-    try:
-        text = Path(name).read_text(encoding="utf-8")
-    except OSError as error:
-        raise InputFileError(f"cannot read LMO file {name}: {error.strerror or error}") from None
-    except UnicodeDecodeError:
-        raise InputFileError(f"LMO file {name} is not a UTF-8 text (JSON) file") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise InputFileError(
-            f"LMO file {name} is not valid JSON: {error.msg} (line {error.lineno}, column {error.colno})"
-        ) from None
-    if not isinstance(data, dict):
-        raise InputFileError(f"LMO file {name} must hold a JSON object, got {type(data).__name__}")
+    data = read_json_object(name, "LMO file")
     inner = data.get("mechanism")
     if not isinstance(inner, dict) and inner not in (None, "lmo"):
         raise InputFileError(f"LMO file {name}: 'mechanism' must be 'lmo' or an LMO object, got {inner!r}")
     try:
         if isinstance(inner, dict):  # a search result: the mechanism's own problems first
-            LMO.from_dict(inner)
-            return LMOSearchResult.from_dict(data).mechanism
-        return LMO.from_dict(data)
+            _strict_lmo(inner)
+            result = LMOSearchResult.from_dict(data)
+            return LmoFile(result.mechanism, result.sampling_rate, result.steps)
+        return LmoFile(_strict_lmo(data))
     except DpforgeError as error:  # InputFileError, naming the field
         raise InputFileError(f"LMO file {name}: {error}") from None
+
+
+def load_lmo_file(path: str | os.PathLike[str]) -> LMO:
+    """The LMO mechanism of an LMO file (:func:`read_lmo_file`)."""
+    return read_lmo_file(path).mechanism
 
 
 def lmo_description(args: argparse.Namespace) -> tuple[Description, dict[str, Any]]:
     """The description of ``--lmo FILE [--sampling-rate q] [--steps T]`` and a JSON
     summary of it.  The file fixes the mechanism (sensitivity included), so the other
-    mechanism flags may not be given with ``--lmo``."""
+    mechanism flags may not be given with ``--lmo``.  A search result also fixes the
+    workload it was calibrated for: its sampling rate and steps are used unless the flags
+    override them, and ``workload_source`` says which ("file", "flags" or
+    "file+flags"); a note on stderr says so too."""
+    import sys
+
     from dpforge.mechanisms.combinators import Composed, PoissonSampled
 
     given = [flag_name(dest) for dest in _NOT_WITH_LMO if getattr(args, dest, None) is not None]
     if given:
         raise CliError(f"--lmo cannot be combined with {', '.join(given)} (the LMO file describes the mechanism)")
-    mechanism = load_lmo_file(args.lmo)
-    rate = sampling_rate(getattr(args, "sampling_rate", None))
-    count = steps(getattr(args, "steps", None))
-    inner = mechanism if rate >= 1.0 else PoissonSampled(mechanism, rate)
+    saved = read_lmo_file(args.lmo)
+    rate_text, steps_text = getattr(args, "sampling_rate", None), getattr(args, "steps", None)
+    if saved.sampling_rate is None:  # a bare mechanism: the flags must say the workload
+        rate, count, source = sampling_rate(rate_text), steps(steps_text), "flags"
+    else:
+        rate = saved.sampling_rate if rate_text is None else sampling_rate(rate_text)
+        count = saved.steps if steps_text is None else steps(steps_text)
+        source = "file" if rate_text is None and steps_text is None else (
+            "flags" if rate_text is not None and steps_text is not None else "file+flags"
+        )
+        print(
+            f"dpforge: note: --lmo {os.fspath(args.lmo)}: sampling rate {rate:g} "
+            f"({'flag' if rate_text is not None else 'saved in the file'}) and {count} steps "
+            f"({'flag' if steps_text is not None else 'saved in the file'})",
+            file=sys.stderr,
+        )
+    inner = saved.mechanism if rate >= 1.0 else PoissonSampled(saved.mechanism, rate)
     summary = {
         "noise": "lmo",
         "lmo": os.fspath(args.lmo),
-        "sensitivity": mechanism.sensitivity,
+        "sensitivity": saved.mechanism.sensitivity,
         "sampling_rate": rate,
         "steps": count,
+        "workload_source": source,
     }
     return Composed([(inner, count)]), summary
 
@@ -370,14 +425,24 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     """``--noise``, ``--sensitivity``, ``--sampling-rate`` and ``--steps``."""
     parser.add_argument("--noise", choices=tuple(NOISE_FLAGS), help="noise family (default gaussian)")
     parser.add_argument("--sensitivity", metavar="S", help="sensitivity, > 0 (default 1)")
-    parser.add_argument("--sampling-rate", metavar="Q", help="Poisson sampling rate, in (0, 1] (default 1)")
-    parser.add_argument("--steps", metavar="T", help="number of steps, an integer >= 1 (default 1)")
+    add_workload_flags(parser)
+
+
+def add_workload_flags(parser: argparse.ArgumentParser, *, from_lmo_file: bool = False) -> None:
+    """``--sampling-rate`` and ``--steps``: required, no default (``--sampling-rate 1
+    --steps 1`` is one full-batch release); ``from_lmo_file``: an ``--lmo`` search result
+    supplies them."""
+    where = "; default: the --lmo search result's" if from_lmo_file else ""
+    parser.add_argument("--sampling-rate", metavar="Q", help=f"Poisson sampling rate, in (0, 1], required (1: full batch){where}")
+    parser.add_argument("--steps", metavar="T", help=f"number of steps, an integer >= 1, required{where}")
 
 
 def add_mechanism_flags(parser: argparse.ArgumentParser) -> None:
     """The sampling flags, the noise parameters, ``--plan FILE`` and ``--lmo FILE``
     (what :func:`mechanism_description` reads)."""
-    add_sampling_flags(parser)
+    parser.add_argument("--noise", choices=tuple(NOISE_FLAGS), help="noise family (default gaussian)")
+    parser.add_argument("--sensitivity", metavar="S", help="sensitivity, > 0 (default 1)")
+    add_workload_flags(parser, from_lmo_file=True)
     parser.add_argument("--noise-multiplier", metavar="SIGMA", help="gaussian noise std / L2 sensitivity, > 0")
     parser.add_argument("--scale", metavar="B", help="laplace scale b, > 0")
     parser.add_argument("--plan", metavar="FILE", help="account a TOML plan file instead of mechanism flags")
@@ -401,11 +466,21 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, repeatable: bool = Fals
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:
-    """``--relative-accuracy`` and ``--json``."""
+    """``--relative-accuracy``, ``--accept-looser`` and ``--json``."""
     parser.add_argument(
         "--relative-accuracy",
-        default="1e-3",
         metavar="R",
-        help="target (upper - lower)/upper of the certified bounds, in (0, 1) (default 1e-3)",
+        help="target (upper - lower)/upper of the certified bounds, in (0, 1) (default 1e-3); "
+        "a wider result exits with status 3",
     )
+    add_accept_looser_flag(parser)
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+
+
+def add_accept_looser_flag(parser: argparse.ArgumentParser) -> None:
+    """``--accept-looser``: a result less accurate than requested exits 0 (still warned)."""
+    parser.add_argument(
+        "--accept-looser",
+        action="store_true",
+        help="accept certified bounds looser than --relative-accuracy: warn on stderr but exit 0 instead of 3",
+    )

@@ -3,7 +3,7 @@
     dpforge lmo search --target-epsilon 1 --delta 1e-5 --sampling-rate 0.01 --steps 1000 \\
         [--objective variance|abs] [--components gamma,uniform] [--sensitivity 1] \\
         [--seed 0] [--time-limit 60] [--workers 2] [--json] [--out best.json]
-    dpforge epsilon --lmo best.json --sampling-rate 0.01 --steps 1000 --delta 1e-5
+    dpforge epsilon --lmo best.json --delta 1e-5   (the saved workload; flags override it)
 
 :func:`add_lmo_commands` adds the ``lmo`` command to the ``dpforge`` parser; the
 ``--lmo FILE`` flag of ``epsilon``, ``delta`` and ``plot`` is one of the mechanism flags
@@ -21,7 +21,8 @@ from typing import Any
 
 from dpforge.cli import flags
 from dpforge.cli.flags import LazyNames, lmo_description, load_lmo_file
-from dpforge.cli.output import EXIT_OK, print_json, table
+from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OK, print_json, table
+from dpforge.cli.schema import command_object
 
 __all__ = ["add_lmo_commands", "lmo_description", "load_lmo_file", "main"]
 
@@ -80,10 +81,34 @@ def _command_search(args: argparse.Namespace) -> int:
         except OSError as error:
             raise flags.CliError(f"cannot write --out {out}: {error.strerror or error}") from None
     if args.json:
-        print_json({**result.to_dict(), **({"out": out} if out else {})})
+        print_json(_json_object(result, out))
     else:
         print(_render(result, out))
     return EXIT_OK
+
+
+def _json_object(result: Any, out: str | None) -> dict[str, Any]:
+    """The search in the one ``--json`` schema (:mod:`dpforge.cli.schema`): the certified
+    bounds of the LMO found at the workload, and under ``search`` the result as
+    ``--out`` writes it (:meth:`LMOSearchResult.to_dict`)."""
+    from dpforge.accounting.results import SCHEMA_VERSION, accuracy_record, dpforge_version, json_ready
+    from dpforge.mechanisms.combinators import Composed, PoissonSampled
+
+    step = result.mechanism if result.sampling_rate >= 1 else PoissonSampled(result.mechanism, result.sampling_rate)
+    envelope = {
+        "schema_version": SCHEMA_VERSION,
+        "dpforge_version": dpforge_version(),
+        "engine": result.engine,
+        "relation": "add-remove",
+        "sampling": "poisson",
+        "mechanism": None,
+        "delta": result.delta,
+        "epsilon_upper": result.epsilon,
+        "epsilon_lower": result.epsilon_lower,
+        "accuracy": accuracy_record({}, None, result.epsilon_lower, result.epsilon),
+    }
+    extra = {"target_epsilon": result.target_epsilon, "search": result.to_dict(), **({"out": out} if out else {})}
+    return json_ready(command_object("lmo search", envelope, Composed([(step, result.steps)]), **extra))
 
 
 def _render(result: Any, out: str | None) -> str:
@@ -119,18 +144,34 @@ def _render(result: Any, out: str | None) -> str:
     return table(rows)
 
 
+_EXAMPLES = """examples:
+  dpforge lmo search --target-epsilon 1 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --time-limit 20 --out best.json
+  dpforge epsilon --lmo best.json --delta 1e-5"""
+
+
 def add_lmo_commands(subparsers: Any) -> None:
     """Add ``lmo search`` to the ``dpforge`` subcommands (flag values are checked after
     parsing, like every dpforge flag)."""
-    lmo = subparsers.add_parser("lmo", help="LMO noise: offline search of mixture parameters")
+    lmo = subparsers.add_parser(
+        "lmo",
+        help="LMO noise: offline search of mixture parameters",
+        description="LMO (Laplace mixture) noise: search the mixture of least variance under a certified epsilon.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = lmo.add_subparsers(dest="lmo_command", required=True, metavar="LMO_COMMAND")
     search = commands.add_parser(
-        "search", help="LMO minimising the noise under a certified epsilon, next to the calibrated Gaussian"
+        "search",
+        help="LMO minimising the noise under a certified epsilon, next to the calibrated Gaussian",
+        description="Search the LMO noise of least variance (or E|noise|) whose certified epsilon at --delta "
+        "over --steps steps at --sampling-rate is at most --target-epsilon, next to the calibrated Gaussian. "
+        "--out saves the mechanism and the workload; dpforge epsilon --lmo FILE reuses both.",
+        epilog=_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     search.add_argument("--target-epsilon", metavar="EPS", help="> 0 (required)")
     search.add_argument("--delta", metavar="DELTA", help="in (0, 1) (required)")
-    search.add_argument("--sampling-rate", metavar="Q", help="Poisson sampling rate, in (0, 1] (default 1)")
-    search.add_argument("--steps", metavar="T", help="number of steps, an integer >= 1 (default 1)")
+    flags.add_workload_flags(search)
     search.add_argument("--objective", choices=("variance", "abs"), help="what to minimise (default variance)")
     components = search.add_argument(
         "--components", metavar="LIST", help="comma-separated subset of %(names)s (default all)"

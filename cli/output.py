@@ -7,7 +7,10 @@ module level.
 
 Exit statuses (re-exported by :mod:`dpforge.cli.main`): :data:`EXIT_OK` success (for
 ``verify``: within the budget, or no budget), :data:`EXIT_OVER_BUDGET` ``verify`` found
-the plan over budget, :data:`EXIT_ERROR` any error.
+the plan over budget, :data:`EXIT_ERROR` any usage or input error,
+:data:`EXIT_ACCURACY` the certified bounds are looser than ``--relative-accuracy``
+asked (the result is still printed, and certified; ``--accept-looser`` turns this into
+a warning with status 0).
 """
 
 from __future__ import annotations
@@ -19,6 +22,15 @@ from typing import Any
 EXIT_OK = 0
 EXIT_OVER_BUDGET = 1
 EXIT_ERROR = 2
+EXIT_ACCURACY = 3
+
+#: the exit statuses as the help pages and the README state them
+EXIT_CODES_TEXT = """exit status:
+  0  success (verify: certified epsilon within the budget, or no budget)
+  1  verify: the plan is over budget
+  2  usage or input error (one line on stderr, no traceback)
+  3  accuracy shortfall: the certified bounds are looser than --relative-accuracy asked
+     (result still printed; --accept-looser makes it a warning with status 0)"""
 
 
 def format_value(value: Any) -> str:
@@ -56,15 +68,32 @@ def print_json(data: dict[str, Any]) -> None:
 
 
 def accuracy_rows(accuracy: dict[str, Any]) -> list[tuple[str, Any]]:
-    """Table rows of a result's ``accuracy`` (the PRV grid and its refinements)."""
-    names = {
-        "relative_accuracy": "relative accuracy",
-        "achieved": "achieved accuracy",
-        "grid_step": "grid step",
-        "grid_size": "grid size",
-        "refinements": "refinements",
-    }
-    return [(label, accuracy[key]) for key, label in names.items() if key in accuracy]
+    """Table rows of a schema ``accuracy`` object (requested, achieved; the PRV grid)."""
+    rows: list[tuple[str, Any]] = [
+        ("accuracy requested", "none (engine takes no request)" if accuracy.get("requested") is None else accuracy["requested"]),
+        ("accuracy achieved", "none" if accuracy.get("achieved") is None else accuracy["achieved"]),
+    ]
+    names = {"grid_step": "grid step", "grid_size": "grid size", "refinements": "refinements"}
+    return rows + [(label, accuracy[key]) for key, label in names.items() if key in accuracy]
+
+
+def accuracy_status(accuracy: dict[str, Any], accept_looser: bool, what: str = "result") -> int:
+    """The exit status of a result whose schema ``accuracy`` is given: :data:`EXIT_OK`
+    when the request was reached (or none was made), else one warning line on stderr and
+    :data:`EXIT_ACCURACY` (:data:`EXIT_OK` with ``accept_looser``)."""
+    import sys
+
+    if accuracy.get("reached") is not False:
+        return EXIT_OK
+    achieved, requested = accuracy.get("achieved"), accuracy.get("requested")
+    shown = "unknown" if achieved is None else f"{achieved:.3g}"
+    outcome = "accepted (--accept-looser)" if accept_looser else "exit status 3; pass --accept-looser to accept it"
+    print(
+        f"dpforge: warning: the {what}'s certified bounds are looser than asked: relative width {shown} > "
+        f"--relative-accuracy {requested:g}; {outcome}",
+        file=sys.stderr,
+    )
+    return EXIT_OK if accept_looser else EXIT_ACCURACY
 
 
 def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -73,7 +102,15 @@ def summary_rows(summary: dict[str, Any]) -> list[tuple[str, Any]]:
 
 
 def engine_rows(result: Any) -> list[tuple[str, Any]]:
-    """The extra table rows of a high-probability (montecarlo) result; none otherwise."""
+    """The extra table rows of a high-probability (montecarlo) result -- its point
+    estimate, samples, confidence and seed (reported, so a run can be repeated); none
+    otherwise."""
     if not hasattr(result, "samples"):
         return []
-    return [("samples", result.samples), ("confidence", result.confidence), ("bound", result.bound)]
+    return [
+        ("estimate (montecarlo)", result.estimate),
+        ("samples", result.samples),
+        ("confidence", result.confidence),
+        ("bound", result.bound),
+        ("seed", result.accuracy.get("seed")),
+    ]

@@ -17,14 +17,21 @@ import os
 from typing import Any
 
 from dpforge.cli import flags
-from dpforge.cli.output import EXIT_OK
+from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OK
 
 #: the engines drawn when no --engine is given
 _DEFAULT_ENGINES = ("prv", "rdp")
 
 
+#: the most points a curve may ask for (each point is one accounting call)
+MAX_POINTS = 10_000
+
+
 def _points(args: argparse.Namespace, default: int) -> int:
-    return flags.integer("--points", args.points, 2, default=default)
+    points = flags.integer("--points", args.points, 2, default=default)
+    if points > MAX_POINTS:
+        raise flags.CliError(f"--points must be an integer in [2, {MAX_POINTS}], got {args.points}")
+    return points
 
 
 def _out(args: argparse.Namespace) -> str:
@@ -138,25 +145,48 @@ def _command_rdp(args: argparse.Namespace) -> int:
 
 def _add_curve_flags(parser: argparse.ArgumentParser) -> None:
     flags.add_engine_flags(parser, repeatable=True)
-    parser.add_argument("--points", metavar="N", help="points on the curve, an integer >= 2")
+    parser.add_argument("--points", metavar="N", help=f"points on the curve, an integer in [2, {MAX_POINTS}]")
 
 
 def _add_out_flag(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", metavar="FILE", help="the figure's file; format from the suffix (required)")
 
 
+_PLOT_EXAMPLES = """examples:
+  dpforge plot profile --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/profile.png
+  dpforge plot steps examples/plans/within_budget.toml --out /tmp/steps.png"""
+
+
 def add_plot_commands(subparsers: Any) -> None:
     """Add ``plot profile|steps|noise|rdp`` to the ``dpforge`` subcommands."""
-    plot = subparsers.add_parser("plot", help="draw a privacy profile, epsilon over steps, noise densities or RDP curves")
+    plot = subparsers.add_parser(
+        "plot",
+        help="draw a privacy profile, epsilon over steps, noise densities or RDP curves",
+        description="Figures of dpforge.plots written to --out (png, pdf or svg, from the suffix).",
+        epilog=_PLOT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     commands = plot.add_subparsers(dest="plot_command", required=True, metavar="FIGURE")
 
-    profile = commands.add_parser("profile", help="delta(epsilon) with certified bands from several engines")
+    profile = commands.add_parser(
+        "profile",
+        help="delta(epsilon) of each engine (certified upper bounds; PRV also its lower bound)",
+        description="The privacy profile delta(epsilon) of a mechanism: each engine's certified upper bound, and the PRV engine's certified lower bound (the gap is the PRV bracket, visible where it is wide).",
+        epilog="examples:\n  dpforge plot profile --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/profile.png" + "\n\n" + EXIT_CODES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     flags.add_mechanism_flags(profile)
     _add_curve_flags(profile)
     _add_out_flag(profile)
     profile.set_defaults(handler=_command_profile)
 
-    steps = commands.add_parser("steps", help="epsilon after each step of a plan (or of --steps repeats)")
+    steps = commands.add_parser(
+        "steps",
+        help="epsilon after each step of a plan (or of --steps repeats)",
+        description="The certified epsilon after each step of a plan (phase boundaries named) or of --steps repeats of one mechanism, per engine, with an optional budget line.",
+        epilog="examples:\n  dpforge plot steps examples/plans/within_budget.toml --out /tmp/steps.png" + "\n\n" + EXIT_CODES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     steps.add_argument("plan_file", nargs="?", metavar="PLAN", help="TOML plan file")
     flags.add_mechanism_flags(steps)
     steps.add_argument("--delta", metavar="DELTA", help="in (0, 1); with a plan defaults to the plan's delta")
@@ -165,21 +195,32 @@ def add_plot_commands(subparsers: Any) -> None:
     _add_out_flag(steps)
     steps.set_defaults(handler=_command_steps)
 
-    noise = commands.add_parser("noise", help="densities of Gaussian, Laplace and LMO noise (log scale)")
+    noise = commands.add_parser(
+        "noise",
+        help="densities of Gaussian, Laplace and LMO noise (log scale)",
+        description="The densities of Gaussian, Laplace and saved LMO noise; with --target-epsilon, --delta, --sampling-rate and --steps the Gaussian and Laplace are calibrated to that workload first.",
+        epilog="examples:\n  dpforge plot noise --target-epsilon 1 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --out /tmp/noise.png" + "\n\n" + EXIT_CODES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     noise.add_argument("--noise-multiplier", metavar="SIGMA", help="draw Gaussian noise of std SIGMA x sensitivity")
     noise.add_argument("--scale", metavar="B", help="draw Laplace noise of scale B")
     noise.add_argument("--lmo", action="append", metavar="FILE", help="draw a saved LMO mechanism; repeatable")
     noise.add_argument("--sensitivity", metavar="S", help="sensitivity, > 0 (default 1)")
     noise.add_argument("--target-epsilon", metavar="EPS", help="calibrate the Gaussian and Laplace noise to this epsilon")
     noise.add_argument("--delta", metavar="DELTA", help="in (0, 1), with --target-epsilon")
-    noise.add_argument("--sampling-rate", metavar="Q", help="Poisson sampling rate, in (0, 1] (default 1)")
-    noise.add_argument("--steps", metavar="T", help="number of steps, an integer >= 1 (default 1)")
+    flags.add_workload_flags(noise)
     noise.add_argument("--x-max", metavar="X", help="draw over [-X, X], > 0 (default 6 standard deviations)")
     noise.add_argument("--linear", action="store_true", help="linear density axis (default log)")
     _add_out_flag(noise)
     noise.set_defaults(handler=_command_noise)
 
-    rdp = commands.add_parser("rdp", help="the RDP curve of a description or plan")
+    rdp = commands.add_parser(
+        "rdp",
+        help="the RDP curve of a description or plan",
+        description="The composed Renyi-DP curve epsilon_RDP(alpha) of a mechanism or plan, with the order that gives the tightest epsilon marked.",
+        epilog="examples:\n  dpforge plot rdp --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/rdp.png" + "\n\n" + EXIT_CODES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     flags.add_mechanism_flags(rdp)
     _add_out_flag(rdp)
     rdp.set_defaults(handler=_command_rdp)

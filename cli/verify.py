@@ -4,7 +4,10 @@
 
 Prints the cumulative certified epsilon after each phase and exits with
 :data:`~dpforge.cli.output.EXIT_OK` when it is within the budget (or there is no
-budget) and :data:`~dpforge.cli.output.EXIT_OVER_BUDGET` when it is over.  ``--budget``
+budget), :data:`~dpforge.cli.output.EXIT_OVER_BUDGET` when it is over, and
+:data:`~dpforge.cli.output.EXIT_ACCURACY` when the certified bracket is wider than
+``--relative-accuracy`` asks (never a silent pass on a looser bound; ``--accept-looser``
+accepts it with a warning).  ``--budget``
 overrides the plan's ``[budget]``.  The plan and verify modules are imported when the
 command runs.
 """
@@ -16,7 +19,8 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from dpforge.cli import flags
-from dpforge.cli.output import EXIT_OK, EXIT_OVER_BUDGET, print_json, table
+from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OVER_BUDGET, accuracy_rows, accuracy_status, print_json, table
+from dpforge.cli.schema import command_object
 
 if TYPE_CHECKING:
     from dpforge.budget.verify import VerifyReport
@@ -32,12 +36,13 @@ def _plan_path(args: argparse.Namespace) -> str:
     return path
 
 
-def _print_report(path: str, report: VerifyReport) -> None:
+def _print_report(path: str, report: VerifyReport, accuracy: dict[str, Any]) -> None:
     budget = "none" if report.budget_epsilon is None else f"epsilon <= {report.budget_epsilon:.6g}"
-    print(table([("plan", path), ("delta", report.delta), ("budget", budget), ("engine", report.engine)]))
+    rows = [("plan", path), ("delta", report.delta), ("budget", budget), ("engine", report.engine)]
+    print(table([*rows, *accuracy_rows(accuracy)]))
     print()
     rows = [(check.label, check.steps, check.epsilon_upper, check.epsilon_lower) for check in report.phases]
-    print(table(rows, header=("phase", "steps", "cumulative epsilon (certified)", "lower")))
+    print(table(rows, header=("phase", "steps", "cumulative epsilon (certified upper)", "certified lower")))
     print()
     if report.within_budget is None:
         print(f"certified epsilon <= {report.epsilon_upper:.6g} (no budget given)")
@@ -48,8 +53,11 @@ def _print_report(path: str, report: VerifyReport) -> None:
 
 
 def _command_verify(args: argparse.Namespace) -> int:
+    import warnings
+
     from dpforge.budget.integrity import load_checked_plan
     from dpforge.budget.verify import verify_plan
+    from dpforge.errors import DpforgeAccuracyWarning
 
     path = _plan_path(args)
     relative_accuracy = flags.relative_accuracy(args.relative_accuracy)
@@ -57,17 +65,35 @@ def _command_verify(args: argparse.Namespace) -> int:
     plan = load_checked_plan(path)  # a sealed plan must match its checksum and totals
     if budget is not None:
         plan = dataclasses.replace(plan, budget_epsilon=budget)
-    report = verify_plan(plan, relative_accuracy=relative_accuracy)
+    with warnings.catch_warnings():  # a shortfall is stated below, in one line
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        report = verify_plan(plan, relative_accuracy=relative_accuracy)
+    data = command_object("verify", report.to_dict(), plan.description(), plan=path)
     if args.json:
-        print_json({"plan": path, **report.to_dict()})
+        print_json(data)
     else:
-        _print_report(path, report)
-    return EXIT_OVER_BUDGET if report.within_budget is False else EXIT_OK
+        _print_report(path, report, data["accuracy"])
+    if report.within_budget is False:
+        return EXIT_OVER_BUDGET
+    # never a silent pass on a bracket wider than asked: exit 3 unless --accept-looser
+    return accuracy_status(data["accuracy"], args.accept_looser, "plan")
+
+
+_EXAMPLES = """examples:
+  dpforge verify examples/plans/within_budget.toml
+  dpforge verify plan.toml --budget 8 --json"""
 
 
 def add_verify_command(subparsers: Any) -> None:
     """Add ``verify`` to the ``dpforge`` subcommands."""
-    verify = subparsers.add_parser("verify", help="check a plan file against its budget (exit 0 within, 1 over)")
+    verify = subparsers.add_parser(
+        "verify",
+        help="check a plan file against its budget (exit 0 within, 1 over)",
+        description="The cumulative certified epsilon of a TOML plan file after each phase, checked against "
+        "its [budget] (or --budget). A plan passes only on a bracket as tight as --relative-accuracy asks.",
+        epilog=_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     verify.add_argument("plan_file", nargs="?", metavar="PLAN", help="TOML plan file")
     verify.add_argument("--plan", metavar="FILE", help="TOML plan file (instead of the positional argument)")
     verify.add_argument("--budget", metavar="EPS", help="budget epsilon >= 0; overrides [budget] in the plan")

@@ -283,7 +283,7 @@ def test_verify_within_budget_and_cumulative_epsilon_is_non_decreasing():
     assert lowers[0] <= first.upper and first.lower <= uppers[0]
     assert uppers[0] == pytest.approx(first.upper, rel=2e-3)
     data = report.to_dict()
-    assert data["epsilon"] == report.epsilon_upper and data["budget"] == 8.0 and data["within_budget"] is True
+    assert data["epsilon_upper"] == report.epsilon_upper and data["budget_epsilon"] == 8.0 and data["within_budget"] is True
     assert len(data["phases"]) == 2
 
 

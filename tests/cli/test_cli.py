@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from dpforge.cli.main import main
+from dpforge.cli.schema import validate
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
 
@@ -56,11 +57,14 @@ def write(tmp_path: Path, text: str, name: str = "plan.toml") -> str:
 @pytest.mark.parametrize("mechanism", [GAUSSIAN, LAPLACE], ids=["gaussian", "laplace"])
 def test_epsilon_json(mechanism, run_json):
     data = run_json("epsilon", *mechanism, "--delta", "1e-5")
-    for key in ("epsilon", "lower", "upper", "estimate", "delta", "engine"):
-        assert key in data
-    assert data["epsilon"] == data["upper"]
-    assert 0 < data["lower"] <= data["estimate"] <= data["upper"]
-    assert data["delta"] == 1e-5 and data["engine"] == "prv"
+    assert validate(data) == []
+    assert 0 < data["epsilon_lower"] <= data["epsilon_upper"]
+    assert "estimate" not in data and "epsilon_estimate" not in data  # prv has no estimate of its own
+    assert data["delta"] == 1e-5 and data["engine"] == "prv" and data["command"] == "epsilon"
+    assert data["relation"] == "add-remove" and data["sampling"] == "poisson"
+    assert data["accuracy"]["requested"] == 1e-3 and data["accuracy"]["achieved"] <= 1e-3
+    (component,) = data["mechanism"]
+    assert component["sampling_rate"] == 0.01 and component["steps"] == int(mechanism[-1])
 
 
 def test_epsilon_human_table(capsys):
@@ -68,56 +72,57 @@ def test_epsilon_human_table(capsys):
     out, err = capsys.readouterr()
     assert err == ""
     labels = [line.rsplit(None, 1)[0].strip() for line in out.splitlines()]
-    for label in ("epsilon (upper)", "lower", "estimate", "delta", "engine", "grid step"):
+    for label in ("epsilon (certified upper)", "epsilon (certified lower)", "delta", "engine", "accuracy requested", "grid step"):
         assert label in labels
+    assert "estimate" not in out
     assert any(line.split() == ["engine", "prv"] for line in out.splitlines())
 
 
 def test_epsilon_of_a_plan_file_uses_the_plan_delta(tmp_path, run_json):
     plan = write(tmp_path, PLAN_WITHIN)
     data = run_json("epsilon", "--plan", plan)
-    assert data["delta"] == 1e-5 and data["epsilon"] == data["upper"]
+    assert data["delta"] == 1e-5 and data["workload_source"] == "plan" and len(data["mechanism"]) == 2
     other = run_json("epsilon", "--plan", plan, "--delta", "1e-3")
-    assert other["delta"] == 1e-3 and other["upper"] < data["upper"]
+    assert other["delta"] == 1e-3 and other["epsilon_upper"] < data["epsilon_upper"]
 
 
 def test_delta_json(run_json):
     data = run_json("delta", *GAUSSIAN, "--epsilon", "0.5")
-    for key in ("delta", "lower", "upper", "epsilon", "engine"):
-        assert key in data
-    assert data["delta"] == data["upper"]
-    assert 0 <= data["lower"] <= data["upper"] < 1
-    assert data["epsilon"] == 0.5
+    assert validate(data) == []
+    assert 0 <= data["delta_lower"] <= data["delta"] < 1
+    assert data["epsilon_upper"] == 0.5 and data["epsilon_lower"] is None
     # epsilon = 0 is allowed (delta is then the total variation distance)
-    assert run_json("delta", *LAPLACE, "--epsilon", "0")["upper"] > 0
+    assert run_json("delta", *LAPLACE, "--epsilon", "0")["delta"] > 0
 
 
 def test_epsilon_and_delta_are_consistent(run_json):
     eps = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5")
-    dlt = run_json("delta", *GAUSSIAN, "--epsilon", repr(eps["upper"]))
-    assert dlt["upper"] <= 1e-5 * 1.01
+    dlt = run_json("delta", *GAUSSIAN, "--epsilon", repr(eps["epsilon_upper"]))
+    assert dlt["delta"] <= 1e-5 * 1.01
 
 
 def test_calibrate_gaussian_json(run_json):
     data = run_json("calibrate", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "200")
-    for key in ("noise_multiplier", "epsilon", "target_epsilon", "delta"):
-        assert key in data
-    assert data["noise_multiplier"] > 0
-    assert data["target_epsilon"] * (1 - 2e-3) <= data["epsilon"] <= data["target_epsilon"] == 1.0
-    check = run_json("epsilon", "--noise-multiplier", repr(data["noise_multiplier"]), "--sampling-rate", "0.01", "--steps", "200", "--delta", "1e-5")
-    assert check["lower"] <= 1.0
+    assert validate(data) == []
+    assert data["parameter_name"] == "noise_multiplier" and data["parameter_value"] > 0
+    assert data["target_epsilon"] * (1 - 2e-3) <= data["epsilon_upper"] <= data["target_epsilon"] == 1.0
+    assert data["epsilon_lower"] is not None and data["epsilon_lower"] <= data["epsilon_upper"]
+    assert data["mechanism"][0]["noise_multiplier"] == data["parameter_value"]
+    check = run_json("epsilon", "--noise-multiplier", repr(data["parameter_value"]), "--sampling-rate", "0.01", "--steps", "200", "--delta", "1e-5")
+    assert check["epsilon_lower"] <= 1.0
 
 
 def test_calibrate_laplace_json(run_json):
     data = run_json("calibrate", "--noise", "laplace", "--target-epsilon", "1.0", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "50")
-    assert "scale" in data and "noise_multiplier" not in data
-    assert data["scale"] > 0 and data["epsilon"] <= 1.0
+    assert validate(data) == []
+    assert data["parameter_name"] == "scale" and "noise_multiplier" not in data
+    assert data["parameter_value"] > 0 and data["epsilon_upper"] <= 1.0
 
 
 def test_calibrate_human_table(capsys):
-    assert main(["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--steps", "10"]) == 0
+    assert main(["calibrate", "--target-epsilon", "2", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "10"]) == 0
     out, _ = capsys.readouterr()
-    assert "noise_multiplier" in out and "epsilon (certified upper)" in out
+    assert "noise_multiplier" in out and "epsilon (certified upper)" in out and "epsilon (certified lower)" in out
 
 
 # --------------------------------------------------------------------------- verify
@@ -151,12 +156,11 @@ def test_verify_exit_codes_in_process(capsys, tmp_path, run_error):
 def test_verify_json(capsys, tmp_path, run_json):
     within = write(tmp_path, PLAN_WITHIN)
     data = run_json("verify", within)
-    for key in ("epsilon", "budget", "within_budget", "phases"):
-        assert key in data
-    assert data["budget"] == 8.0 and data["within_budget"] is True
+    assert validate(data) == []
+    assert data["budget_epsilon"] == 8.0 and data["within_budget"] is True
     assert [phase["phase"] for phase in data["phases"]] == ["warmup", "phases[1]"]
-    epsilons = [phase["epsilon"] for phase in data["phases"]]
-    assert epsilons == sorted(epsilons) and epsilons[-1] == data["epsilon"]
+    epsilons = [phase["epsilon_upper"] for phase in data["phases"]]
+    assert epsilons == sorted(epsilons) and epsilons[-1] == data["epsilon_upper"]
     over = write(tmp_path, PLAN_WITHIN.replace("epsilon = 8.0", "epsilon = 0.05"), "over.toml")
     assert main(["verify", over, "--json"]) == 1
     out, _ = capsys.readouterr()
@@ -208,30 +212,30 @@ BAD_FLAGS = [
     (["epsilon", "--noise", "laplace", "--scale", "inf", "--delta", "1e-5"], ["--scale"]),
     (["epsilon", "--noise", "laplace", "--delta", "1e-5"], ["--scale is required"]),
     (["epsilon", "--delta", "1e-5"], ["--noise-multiplier is required"]),
-    (["epsilon", "--noise-multiplier", "1", "--scale", "2", "--delta", "1e-5"], ["--scale", "laplace"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--scale", "2", "--delta", "1e-5"], ["--scale", "laplace"]),
     (["epsilon", "--noise", "laplace", "--scale", "2", "--noise-multiplier", "1", "--delta", "1e-5"], ["--noise-multiplier", "gaussian"]),
     (["epsilon", "--noise", "cauchy", "--delta", "1e-5"], ["--noise", "cauchy", "gaussian", "laplace"]),
-    (["epsilon", "--noise-multiplier", "1", "--sensitivity", "0", "--delta", "1e-5"], ["--sensitivity", "> 0"]),
-    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1.5", "--delta", "1e-5"], ["--sampling-rate must be in (0, 1], got 1.5"]),
-    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "0", "--delta", "1e-5"], ["--sampling-rate", "(0, 1]"]),
-    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "-0.5", "--delta", "1e-5"], ["--sampling-rate", "(0, 1]"]),
-    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "nan", "--delta", "1e-5"], ["--sampling-rate"]),
-    (["epsilon", "--noise-multiplier", "1", "--steps", "0", "--delta", "1e-5"], ["--steps", "integer >= 1"]),
-    (["epsilon", "--noise-multiplier", "1", "--steps", "-3", "--delta", "1e-5"], ["--steps", "integer >= 1"]),
-    (["epsilon", "--noise-multiplier", "1", "--steps", "2.5", "--delta", "1e-5"], ["--steps", "integer >= 1", "2.5"]),
-    (["epsilon", "--noise-multiplier", "1", "--steps", "ten", "--delta", "1e-5"], ["--steps"]),
-    (["epsilon", "--noise-multiplier", "1"], ["--delta is required", "(0, 1)"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "0"], ["--delta", "(0, 1)"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "1"], ["--delta", "(0, 1)"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "1.5"], ["--delta", "(0, 1)"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "-1e-5"], ["--delta", "(0, 1)"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "nan"], ["--delta"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--relative-accuracy", "0"], ["--relative-accuracy"]),
-    (["epsilon", "--noise-multiplier", "1", "--delta", "1e-5", "--relative-accuracy", "2"], ["--relative-accuracy", "(0, 1)"]),
-    (["delta", "--noise-multiplier", "1"], ["--epsilon is required", ">= 0"]),
-    (["delta", "--noise-multiplier", "1", "--epsilon", "-1"], ["--epsilon", ">= 0"]),
-    (["delta", "--noise-multiplier", "1", "--epsilon", "inf"], ["--epsilon", "finite"]),
-    (["delta", "--noise-multiplier", "1", "--epsilon", "nan"], ["--epsilon"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--sensitivity", "0", "--delta", "1e-5"], ["--sensitivity", "> 0"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "1", "--sampling-rate", "1.5", "--delta", "1e-5"], ["--sampling-rate must be in (0, 1], got 1.5"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "1", "--sampling-rate", "0", "--delta", "1e-5"], ["--sampling-rate", "(0, 1]"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "1", "--sampling-rate", "-0.5", "--delta", "1e-5"], ["--sampling-rate", "(0, 1]"]),
+    (["epsilon", "--noise-multiplier", "1", "--steps", "1", "--sampling-rate", "nan", "--delta", "1e-5"], ["--sampling-rate"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "0", "--delta", "1e-5"], ["--steps", "integer >= 1"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "-3", "--delta", "1e-5"], ["--steps", "integer >= 1"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "2.5", "--delta", "1e-5"], ["--steps", "integer >= 1", "2.5"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "ten", "--delta", "1e-5"], ["--steps"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1"], ["--delta is required", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "0"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "1"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "1.5"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "-1e-5"], ["--delta", "(0, 1)"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "nan"], ["--delta"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "1e-5", "--relative-accuracy", "0"], ["--relative-accuracy"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "1e-5", "--relative-accuracy", "2"], ["--relative-accuracy", "(0, 1)"]),
+    (["delta", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1"], ["--epsilon is required", ">= 0"]),
+    (["delta", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--epsilon", "-1"], ["--epsilon", ">= 0"]),
+    (["delta", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--epsilon", "inf"], ["--epsilon", "finite"]),
+    (["delta", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--epsilon", "nan"], ["--epsilon"]),
     (["calibrate", "--delta", "1e-5"], ["--target-epsilon is required"]),
     (["calibrate", "--target-epsilon", "1"], ["--delta is required"]),
     (["calibrate", "--target-epsilon", "0", "--delta", "1e-5"], ["--target-epsilon", "> 0"]),
@@ -239,9 +243,16 @@ BAD_FLAGS = [
     (["calibrate", "--target-epsilon", "nan", "--delta", "1e-5"], ["--target-epsilon"]),
     (["calibrate", "--target-epsilon", "1", "--delta", "2"], ["--delta", "(0, 1)"]),
     (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1.5"], ["--sampling-rate", "(0, 1]"]),
-    (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--steps", "2.5"], ["--steps", "integer >= 1"]),
+    (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "2.5"], ["--steps", "integer >= 1"]),
     (["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--noise-multiplier", "1"], ["unrecognized arguments", "--noise-multiplier"]),
-    (["calibrate", "--target-epsilon", "1e-6", "--delta", "1e-5", "--steps", "10"], ["target_epsilon", "not reachable", "noise_multiplier"]),
+    (["calibrate", "--target-epsilon", "1e-6", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "10"], ["target_epsilon", "not reachable", "noise_multiplier"]),
+    (["epsilon", "--noise-multiplier", "1.1", "--delta", "1e-5"], ["--sampling-rate is required", "--sampling-rate 1 --steps 1"]),
+    (["epsilon", "--noise-multiplier", "1.1", "--sampling-rate", "0.01", "--delta", "1e-5"], ["--steps is required"]),
+    (["delta", "--noise-multiplier", "1.1", "--epsilon", "1"], ["--sampling-rate is required"]),
+    (["calibrate", "--target-epsilon", "3", "--delta", "1e-5"], ["--sampling-rate is required"]),
+    (["calibrate", "--target-epsilon", "3", "--delta", "1e-5", "--sampling-rate", "0.01"], ["--steps is required"]),
+    (["lmo", "search", "--target-epsilon", "1", "--delta", "1e-5"], ["--sampling-rate is required"]),
+    (["epsilon", *["--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1"], "--delta", "1e-5", "--engine", "rdp", "--relative-accuracy", "0.01"], ["--relative-accuracy applies only to --engine prv"]),
     (["verify"], ["plan file is required"]),
     ([], ["required"]),
     (["frobnicate"], ["frobnicate"]),
@@ -325,7 +336,7 @@ def test_errors_are_decided_by_type_not_text(monkeypatch, run_error):
     from dpforge.errors import CalibrationError, DpforgeError, InputFileError
 
     assert issubclass(CliError, DpforgeError)
-    argv = ["calibrate", "--target-epsilon", "1", "--delta", "1e-5"]
+    argv = ["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1"]
 
     def raising(error):
         def calibrate(*args, **kwargs):

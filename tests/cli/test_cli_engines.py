@@ -8,6 +8,7 @@ import math
 import pytest
 
 from dpforge.cli.main import main
+from dpforge.cli.schema import validate
 
 LAPLACE = ["--noise", "laplace", "--scale", "2", "--sampling-rate", "0.016", "--steps", "200"]
 GAUSSIAN = ["--noise-multiplier", "1.0", "--sampling-rate", "0.02", "--steps", "100"]
@@ -22,21 +23,24 @@ def test_epsilon_montecarlo_json_has_samples_and_confidence(run_json):
     data = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", *MC, "--confidence", "0.95")
     assert data["engine"] == "montecarlo"
     assert data["samples"] == 4000 and data["confidence"] == 0.95 and data["bound"] == "high-probability"
-    assert data["lower"] <= data["estimate"] <= data["upper"] == data["epsilon"]
-    assert data["accuracy"]["seed"] == 7
-    assert data["description"]["steps"] == 100
+    assert validate(data) == []
+    assert data["epsilon_lower"] <= data["epsilon_estimate"] <= data["epsilon_upper"]
+    assert data["seed"] == 7 and data["accuracy"]["seed"] == 7
+    assert data["accuracy"]["requested"] is None  # montecarlo takes no relative-accuracy request
+    assert data["mechanism"][0]["steps"] == 100
     # the same seed gives the same numbers
     again = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", *MC, "--confidence", "0.95")
-    assert again["upper"] == data["upper"] and again["lower"] == data["lower"]
+    assert again["epsilon_upper"] == data["epsilon_upper"] and again["epsilon_lower"] == data["epsilon_lower"]
     prv = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5")
-    assert prv["engine"] == "prv" and "samples" not in prv
-    assert prv["lower"] <= data["upper"] <= 1.05 * prv["upper"]
+    assert prv["engine"] == "prv" and "samples" not in prv and "epsilon_estimate" not in prv
+    assert prv["epsilon_lower"] <= data["epsilon_upper"] <= 1.05 * prv["epsilon_upper"]
 
 
 def test_delta_montecarlo_json(run_json):
     data = run_json("delta", *LAPLACE, "--epsilon", "0.5", *MC)
     assert data["engine"] == "montecarlo" and data["samples"] == 4000 and data["confidence"] == 0.99
-    assert 0.0 <= data["lower"] <= data["upper"] == data["delta"] <= 1.0
+    assert validate(data) == []
+    assert 0.0 <= data["delta_lower"] <= data["delta_estimate"] <= data["delta"] <= 1.0
 
 
 def test_samples_accepts_scientific_notation(run_json):
@@ -47,10 +51,12 @@ def test_samples_accepts_scientific_notation(run_json):
 def test_pure_engine(run_json, run_error):
     data = run_json("epsilon", *LAPLACE, "--delta", "1e-5", "--engine", "pure")
     assert data["engine"] == "pure"
-    assert data["upper"] == pytest.approx(200 * math.log1p(0.016 * math.expm1(0.5)), rel=1e-12)
-    assert "samples" not in data
+    assert validate(data) == []
+    assert data["epsilon_upper"] == pytest.approx(200 * math.log1p(0.016 * math.expm1(0.5)), rel=1e-12)
+    # the certified lower bound is the exact single-step epsilon(delta) (far below the basic composition)
+    assert 0 < data["epsilon_lower"] <= data["epsilon_upper"] and "samples" not in data
     delta = run_json("delta", *LAPLACE, "--epsilon", "100", "--engine", "pure")
-    assert delta["upper"] == 0.0
+    assert delta["delta"] == 0.0
     line = run_error("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "pure")
     assert "Gaussian" in line
 
@@ -60,6 +66,7 @@ def test_table_output_names_the_bound(capsys):
     out, err = capsys.readouterr()
     assert code == 0 and err == ""
     assert "samples" in out and "confidence" in out and "high-probability" in out
+    assert any(line.split() == ["seed", "7"] for line in out.splitlines())  # the seed is reported in the table too
 
 
 @pytest.mark.parametrize(
@@ -91,4 +98,5 @@ def test_rdp_engine_flag(run_json):
     data = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5", "--engine", "rdp")
     assert data["engine"] == "rdp"
     prv = run_json("epsilon", *GAUSSIAN, "--delta", "1e-5")
-    assert data["upper"] >= prv["lower"]
+    assert validate(data) == []
+    assert data["epsilon_upper"] >= prv["epsilon_lower"]

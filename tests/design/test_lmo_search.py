@@ -283,6 +283,10 @@ def test_bad_input_is_a_parameter_error_and_worker_pool_is_public():
         pool.shutdown()
 
 
+#: every field of an LMO object (an LMO file must state them all)
+_FULL = {key: value for key, value in LMO().to_dict().items() if key != "mechanism"}
+
+
 @pytest.mark.parametrize(
     "content, problem",
     [
@@ -290,9 +294,12 @@ def test_bad_input_is_a_parameter_error_and_worker_pool_is_public():
         ("[1, 2]", "must hold a JSON object"),
         ('{"mechanism": "gaussian"}', "'mechanism' must be 'lmo'"),
         ('{"mechanism": "lmo"}', "weights: missing"),
-        ('{"weights": [0.5, 0.6, 0.0]}', "sum to 1"),
-        ('{"weights": [1, 0, 0], "gamma_shape": -1}', "gamma_shape"),
-        ('{"weights": [1, 0, 0], "colour": 1}', "colour: not a field of a lmo mechanism"),
+        ('{"weights": [1, 0, 0]}', "gamma_shape: missing"),  # an LMO file states every field
+        (json.dumps({**_FULL, "weights": [0.5, 0.6, 0.0]}), "sum to 1"),
+        (json.dumps({**_FULL, "gamma_shape": -1}), "gamma_shape"),
+        (json.dumps({**_FULL, "weights": "100"}), "weights: must be a list"),
+        (json.dumps({**_FULL, "colour": 1}), "colour: not a field of a lmo mechanism"),
+        ('{"weights": [1, 0, 0], "weights": [0, 0, 1]}', "'weights' appears twice"),
         ('{"mechanism": {"weights": [1, 0, 0], "uniform_low": 2, "uniform_high": 1}}', "uniform_low"),
     ],
 )
@@ -305,7 +312,7 @@ def test_load_lmo_file_malformed(tmp_path, content, problem):
 
 
 def test_load_lmo_file_missing(tmp_path):
-    with pytest.raises(ValueError, match="cannot read LMO file .*missing.json"):
+    with pytest.raises(ValueError, match="missing.json: cannot read LMO file"):
         cli_lmo.load_lmo_file(tmp_path / "missing.json")
 
 
@@ -321,9 +328,9 @@ def test_cli_search_standalone(small_budget, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     data = _strict_json(captured.out)
-    assert data["out"] == str(out) and data["epsilon"] <= 1.0
+    assert data["out"] == str(out) and data["epsilon_upper"] <= 1.0
     mechanism = cli_lmo.load_lmo_file(out)
-    assert mechanism.to_dict() == data["mechanism"]
+    assert mechanism.to_dict() == data["search"]["mechanism"]
     code = cli_lmo.main(["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", str(Q),
                          "--steps", str(T), "--components", "uniform", "--workers", "1"])
     text = capsys.readouterr().out
@@ -337,14 +344,14 @@ def test_cli_search_standalone(small_budget, tmp_path, capsys):
         (["search", "--target-epsilon", "1"], "--delta is required"),
         (["search", "--target-epsilon", "-1", "--delta", "1e-5"], "--target-epsilon must be a finite number > 0, got -1"),
         (["search", "--target-epsilon", "1", "--delta", "2"], "--delta must be in (0, 1), got 2"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--steps", "2.5"], "--steps must be an integer >= 1"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "0"], "--sampling-rate must be in (0, 1]"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--objective", "median"], "invalid choice"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--components", "gamma,cauchy"], "--components"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--time-limit", "0"], "--time-limit"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--seed", "x"], "--seed must be an integer"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--out", "/no/such/dir/x.json"], "--out"),
-        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--components", "exponential"], "infinite variance"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "2.5"], "--steps must be an integer >= 1"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "0", "--steps", "1"], "--sampling-rate must be in (0, 1]"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1", "--objective", "median"], "invalid choice"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1", "--components", "gamma,cauchy"], "--components"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1", "--time-limit", "0"], "--time-limit"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1", "--seed", "x"], "--seed must be an integer"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1", "--out", "/no/such/dir/x.json"], "--out"),
+        (["search", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "1", "--components", "exponential"], "infinite variance"),
     ],
 )
 def test_cli_search_errors(argv, message, capsys):
@@ -377,8 +384,8 @@ def test_main_epsilon_with_lmo_file(result, tmp_path, capsys):
     captured = capsys.readouterr()
     assert code == 0, captured.err
     data = _strict_json(captured.out)
-    assert data["upper"] == pytest.approx(epsilon(_workload(result.mechanism), DELTA).upper, rel=1e-9)
-    assert data["upper"] <= TARGET
+    assert data["epsilon_upper"] == pytest.approx(epsilon(_workload(result.mechanism), DELTA).upper, rel=1e-9)
+    assert data["epsilon_upper"] <= TARGET
     code = main(["epsilon", "--lmo", str(path), "--noise-multiplier", "1", "--delta", "1e-5"])
     err = capsys.readouterr().err
     assert code == 2 and "--lmo cannot be combined with --noise-multiplier" in err and err.count("\n") == 1
@@ -398,7 +405,7 @@ def test_main_lmo_search(small_budget, tmp_path, capsys):
                  str(T), "--components", "gamma", "--workers", "0", "--seed", "1", "--json", "--out", str(out)])
     captured = capsys.readouterr()
     assert code == 0, captured.err
-    assert _strict_json(captured.out)["seed"] == 1
+    assert _strict_json(captured.out)["search"]["seed"] == 1
     assert cli_lmo.load_lmo_file(out).weights == (1.0, 0.0, 0.0)
     code = main(["lmo", "search", "--target-epsilon", "0", "--delta", "1e-5"])
     err = capsys.readouterr().err
