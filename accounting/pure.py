@@ -32,6 +32,7 @@ import numpy as np
 from dpforge.accounting.results import CalibrationResult, DeltaResult, EpsilonResult
 from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian
+from dpforge.mechanisms.sampling import result_labels
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.mechanisms.pairs import PrivacyLoss
 from dpforge.validation import (
@@ -157,6 +158,7 @@ def epsilon(description: Description, delta: float, **options) -> EpsilonResult:
         estimate=upper,
         delta=delta,
         engine="pure",
+        **result_labels(description),
         accuracy={
             **_accuracy(components, "largest single-step epsilon(delta), exact (a sound lower bound)"),
             "delta_used": False,
@@ -183,6 +185,7 @@ def delta(description: Description, epsilon: float, **options) -> DeltaResult:
         estimate=upper,
         epsilon=epsilon,
         engine="pure",
+        **result_labels(description),
         accuracy={
             **_accuracy(components, "largest single-step delta(epsilon), exact (a sound lower bound)"),
             "pure_epsilon": eps0,

@@ -53,6 +53,7 @@ from dpforge.accounting.montecarlo.directions import _Direction, _directions
 from dpforge.accounting.montecarlo.runner import _progress_bar, _Runner
 from dpforge.accounting.results import MonteCarloDeltaResult, MonteCarloEpsilonResult
 from dpforge.errors import ParameterError
+from dpforge.mechanisms.sampling import result_labels
 from dpforge.mechanisms.combinators import Description
 from dpforge.parallel import resolve_executor
 from dpforge.validation import require_count, require_non_negative, require_probability_open
@@ -276,6 +277,7 @@ def epsilon(
         **_bracket(uppers, lowers, estimates),
         delta=delta,
         engine="montecarlo",
+        **result_labels(description),
         accuracy=_accuracy(call, tilts, skipped, grid_sizes, n_pilot, chernoff=chernoff),
         samples=samples,
         confidence=confidence,
@@ -330,6 +332,7 @@ def delta(
         **_bracket(uppers, lowers, estimates),
         epsilon=epsilon,
         engine="montecarlo",
+        **result_labels(description),
         accuracy=_accuracy(call, lams, skipped, {}, 0, moment=moment),
         samples=call.samples,
         confidence=call.confidence,

@@ -13,6 +13,7 @@ from dpforge.accounting.rdp.formulas import DEFAULT_ORDERS
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import ParameterError
 from dpforge.mechanisms.combinators import Description
+from dpforge.mechanisms.sampling import result_labels
 from dpforge.validation import require_non_negative, require_probability_open
 
 def _require_lmo_bound(lmo_bound: object) -> None:
@@ -50,7 +51,10 @@ def epsilon(
     delta = require_probability_open("delta", delta)
     curve = _curve(description, orders, lmo_bound, options)
     value, order = epsilon_from_rdp(curve.orders, curve.values, delta)
-    return EpsilonResult(lower=0.0, upper=value, estimate=value, delta=delta, engine="rdp", accuracy=_accuracy(curve, order))
+    return EpsilonResult(
+        lower=0.0, upper=value, estimate=value, delta=delta, engine="rdp", accuracy=_accuracy(curve, order),
+        **result_labels(description),
+    )
 
 
 def delta(
@@ -60,4 +64,7 @@ def delta(
     epsilon = require_non_negative("epsilon", epsilon)
     curve = _curve(description, orders, lmo_bound, options)
     value, order = delta_from_rdp(curve.orders, curve.values, epsilon)
-    return DeltaResult(lower=0.0, upper=value, estimate=value, epsilon=epsilon, engine="rdp", accuracy=_accuracy(curve, order))
+    return DeltaResult(
+        lower=0.0, upper=value, estimate=value, epsilon=epsilon, engine="rdp", accuracy=_accuracy(curve, order),
+        **result_labels(description),
+    )
