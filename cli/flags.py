@@ -372,6 +372,10 @@ def _engine_names() -> tuple[str, ...]:
 
 #: ``--engine``'s choices: the registered engines (:func:`dpforge.accounting.api.engine_names`)
 ENGINE_NAMES = LazyNames(_engine_names)
+#: the built-in engines as the help pages name them (reading the registry would import
+#: the engines, numpy and scipy included, for ``--help``; the choices are still checked
+#: against the registry when ``--engine`` is given)
+BUILT_IN_ENGINES = "prv, montecarlo, pure, rdp"
 #: the flags only the montecarlo engine takes: (flag, dest)
 MONTECARLO_FLAGS = (("--samples", "samples"), ("--confidence", "confidence"), ("--seed", "seed"))
 
@@ -392,12 +396,25 @@ def _montecarlo_flags_given(args: argparse.Namespace) -> list[str]:
     return [flag for flag, dest in MONTECARLO_FLAGS if getattr(args, dest, None) is not None]
 
 
+def engine_name(text: str) -> str:
+    """``--engine``: a registered engine (checked here, not by argparse, so that the help
+    pages need not import the registry)."""
+    names = tuple(ENGINE_NAMES)
+    if text not in names:
+        import difflib
+
+        close = difflib.get_close_matches(text, names, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise CliError(f"argument --engine: invalid choice: {text!r} (choose from {', '.join(map(repr, names))}){hint}")
+    return text
+
+
 def engine_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
     """``--engine`` (default: the library's default engine) and the options it takes
     (``--samples``/``--confidence``/``--seed`` belong to the montecarlo engine only)."""
     from dpforge.accounting.api import DEFAULT_ENGINE
 
-    engine = args.engine or DEFAULT_ENGINE
+    engine = DEFAULT_ENGINE if args.engine is None else engine_name(args.engine)
     if engine != "montecarlo":
         given = _montecarlo_flags_given(args)
         if given:
@@ -409,7 +426,7 @@ def engine_options(args: argparse.Namespace) -> tuple[str, dict[str, Any]]:
 def engines_options(args: argparse.Namespace, default: tuple[str, ...]) -> tuple[tuple[str, ...], dict[str, dict[str, Any]]]:
     """A repeatable ``--engine`` (``default`` when not given, repeats dropped) and the
     options of each engine that takes any (montecarlo)."""
-    engines = tuple(dict.fromkeys(args.engine)) if args.engine else default
+    engines = tuple(dict.fromkeys(engine_name(name) for name in args.engine)) if args.engine else default
     if "montecarlo" not in engines:
         given = _montecarlo_flags_given(args)
         if given:
@@ -453,12 +470,12 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, repeatable: bool = Fals
     """``--engine`` (once, or ``repeatable`` for several) and the montecarlo options."""
     if repeatable:
         parser.add_argument(
-            "--engine", action="append", choices=ENGINE_NAMES, metavar="ENGINE",
-            help="an engine to draw, one of %(choices)s; repeat for several (default prv and rdp)",
+            "--engine", action="append", metavar="ENGINE",
+            help=f"an engine to draw, one of {BUILT_IN_ENGINES}; repeat for several (default prv and rdp)",
         )
     else:
         parser.add_argument(
-            "--engine", choices=ENGINE_NAMES, metavar="ENGINE", help="the accountant, one of %(choices)s (default the first)"
+            "--engine", metavar="ENGINE", help=f"the accountant, one of {BUILT_IN_ENGINES} (default prv)"
         )
     parser.add_argument("--samples", metavar="N", help="montecarlo: samples of the composed loss, an integer >= 1")
     parser.add_argument("--confidence", metavar="C", help="montecarlo: probability of the bound, in (0, 1) (default 0.99)")

@@ -20,11 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from dpforge.cli import flags
-from dpforge.cli.flags import LazyNames, lmo_description, load_lmo_file
+from dpforge.cli.flags import lmo_description, load_lmo_file
 from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OK, print_json, table
 from dpforge.cli.schema import command_object
 
 __all__ = ["add_lmo_commands", "lmo_description", "load_lmo_file", "main"]
+
+
+#: the LMO components as the help page names them (``dpforge.mechanisms.lmo.COMPONENTS``,
+#: not imported for ``--help``; a test keeps the two equal)
+COMPONENT_NAMES = "gamma, exponential, uniform"
 
 
 def _component_names() -> tuple[str, ...]:
@@ -173,10 +178,7 @@ def add_lmo_commands(subparsers: Any) -> None:
     search.add_argument("--delta", metavar="DELTA", help="in (0, 1) (required)")
     flags.add_workload_flags(search)
     search.add_argument("--objective", choices=("variance", "abs"), help="what to minimise (default variance)")
-    components = search.add_argument(
-        "--components", metavar="LIST", help="comma-separated subset of %(names)s (default all)"
-    )
-    components.names = LazyNames(_component_names)  # type: ignore[attr-defined]  # read when the help is shown
+    search.add_argument("--components", metavar="LIST", help=f"comma-separated subset of {COMPONENT_NAMES} (default all)")
     search.add_argument("--sensitivity", metavar="S", help="sensitivity of the scalar query, > 0 (default 1)")
     search.add_argument("--seed", metavar="S", help="seed of the search, an integer >= 0 (default 0)")
     search.add_argument("--time-limit", metavar="SECONDS", help="> 0 (default 60)")

@@ -43,8 +43,10 @@ def _finite_or_str(value: Any) -> Any:
 
 def _float(value: Any) -> float:
     """A float from JSON (non-finite values arrive as the strings 'inf', '-inf', 'nan')."""
-    if isinstance(value, bool) or not isinstance(value, (numbers.Real, str)):
-        raise ValueError(f"expected a number, got {value!r}")
+    if isinstance(value, str) and value in ("inf", "-inf", "nan"):
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"expected a number (or \"inf\", \"-inf\", \"nan\"), got {value!r}")
     return float(value)
 
 
@@ -112,7 +114,9 @@ class LMOSearchResult:
     @classmethod
     def from_dict(cls, data: dict) -> "LMOSearchResult":
         """Inverse of :meth:`to_dict`; a missing, unknown or malformed field is a one-line
-        :class:`~dpforge.errors.InputFileError` naming it."""
+        :class:`~dpforge.errors.InputFileError` naming it.  Nothing is coerced: counts
+        are JSON integers, names strings, ``components`` a list of strings, numbers JSON
+        numbers (or the strings "inf", "-inf", "nan" that :meth:`to_dict` writes)."""
         if not isinstance(data, dict):
             raise InputFileError(f"an LMO search result must be a JSON object, got {type(data).__name__}")
         names = {f.name: f for f in dataclasses.fields(cls)}
@@ -128,11 +132,17 @@ class LMOSearchResult:
                 if name == "mechanism":
                     fields[name] = _lmo(value)
                 elif name == "components":
-                    fields[name] = tuple(str(c) for c in value)
+                    if not isinstance(value, list) or not all(isinstance(c, str) for c in value):
+                        raise ValueError(f"expected a list of component names, got {value!r}")
+                    fields[name] = tuple(value)
                 elif name in _COUNTS:
+                    if isinstance(value, bool) or not isinstance(value, int):
+                        raise ValueError(f"expected an integer >= 0, got {value!r}")
                     fields[name] = require_count(name, value, 0)
                 elif name in _STRINGS:
-                    fields[name] = str(value)
+                    if not isinstance(value, str):
+                        raise ValueError(f"expected a string, got {value!r}")
+                    fields[name] = value
                 elif name == "stopped_early":
                     if not isinstance(value, bool):
                         raise ValueError(f"expected true or false, got {value!r}")
