@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import torch
 
-from dpforge.errors import ParameterError
+from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms.allocation import (
     STRATEGIES,
     NoiseAllocation,
@@ -304,6 +304,11 @@ class DPSGDNoiseStep:
         (:func:`~dpforge.train.distributed.shared_generator`), so every rank draws the same noise.
         """
         device = self.named[0][1].device if self.named else torch.device("cpu")
+        if secure and distributed == "shared_seed":
+            raise UnsupportedError(
+                "secure=True cannot be used with distributed='shared_seed': CSPRNG draws differ on every rank, so "
+                "the shared noise would be divided by the world size; use 'rank0' or 'gaussian_split'"
+            )
         if generator is None and seed is None and not secure and distributed == "shared_seed":
             return shared_generator(secrets.randbits(62), device=device), {"kind": "os-entropy"}
         return resolve_generator(generator, seed, device=device, secure=secure)

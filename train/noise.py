@@ -56,6 +56,7 @@ not check this.
 
 from __future__ import annotations
 
+import operator
 import secrets
 from typing import Any, Iterable, Sequence
 
@@ -136,8 +137,13 @@ def resolve_generator(
             raise ParameterError(f"generator must be a torch.Generator or SecureRandom, got {type(generator).__name__}")
         return generator, {"kind": "seeded", "seed": int(generator.initial_seed())}
     if seed is not None:
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+        try:
+            value = None if isinstance(seed, bool) else operator.index(seed)
+        except TypeError:
+            value = None
+        if value is None or not 0 <= value < 2**64:
             raise ParameterError(f"seed must be an integer in [0, 2^64), got {seed!r}")
+        seed = value
         made = torch.Generator(device=device)
         made.manual_seed(seed)
         return made, {"kind": "seeded", "seed": int(seed)}

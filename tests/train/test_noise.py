@@ -213,3 +213,16 @@ def test_training_steps_record_their_noise_source():
     assert secure.ledger.to_dict()["noise_sources"] == {"dpsgd": {"kind": "secure"}}
     optimizer = DPZero(torch.nn.Linear(2, 1).parameters(), lr=0.1, mechanism=Laplace(1.0), noise_seed=9)
     assert optimizer.ledger.noise_sources == {"dpzero": {"kind": "seeded", "seed": 9}}
+
+
+def test_seed_accepts_integer_types_and_secure_refuses_shared_seed():
+    import numpy as np
+
+    from dpforge.train.dpsgd import DPSGDNoiseStep
+
+    assert resolve_generator(seed=np.int64(4))[1] == {"kind": "seeded", "seed": 4}
+    with pytest.raises(ValueError, match="seed must be an integer"):
+        resolve_generator(seed=1.5)
+    with pytest.raises(ValueError, match="shared_seed"):
+        DPSGDNoiseStep(torch.nn.Linear(2, 1), noise_multiplier=1.0, sampling_rate=0.1, expected_batch_size=4.0,
+                       thresholds=1.0, secure=True, distributed="shared_seed")
