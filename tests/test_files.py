@@ -66,3 +66,44 @@ def test_sigkill_never_leaves_a_partial_file(tmp_path):
         data = path.read_bytes()
         assert len(data) == 1600000
         assert data == data[:8] * 200000
+
+
+def test_dpforge_writers_go_through_atomic_files(tmp_path, monkeypatch):
+    """Plans, LMO search results and figures are written by dpforge.files (no direct open)."""
+    import dataclasses
+    import json
+
+    from dpforge import files
+    from dpforge.budget.ledger import Ledger
+    from dpforge.design.result import LMOSearchResult
+    from dpforge.mechanisms import LMO, Gaussian
+
+    written = []
+    original = files.atomic_writer
+
+    def spy(path):
+        written.append(os.path.basename(os.fspath(path)))
+        return original(path)
+
+    monkeypatch.setattr(files, "atomic_writer", spy)
+    ledger = Ledger()
+    ledger.record(Gaussian(1.0), 0.1, steps=3)
+    ledger.to_plan(tmp_path / "plan.toml", delta=1e-5)
+    fields = {f.name: 1.0 for f in dataclasses.fields(LMOSearchResult)}
+    fields.update(mechanism=LMO(weights=(0.0, 1.0, 0.0), exponential_rate=2.0), steps=1, objective="std",
+                  components=("exponential",), evaluations=1, epsilon_evaluations=1, seed=0, stopped_early=False,
+                  engine="prv")
+    result = LMOSearchResult(**fields)
+    result.save(tmp_path / "lmo.json")
+    assert LMOSearchResult.from_dict(json.loads((tmp_path / "lmo.json").read_text())) == result
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    from dpforge.plots import save
+
+    ax = Figure().subplots()
+    ax.plot([0, 1], [0, 1])
+    save(ax, tmp_path / "figure.png")
+    assert (tmp_path / "figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert written == ["plan.toml", "lmo.json", "figure.png"]
