@@ -22,6 +22,7 @@ EXPECTED = [
     "03_dp_zo_laplace.ipynb",
     "04_group_wise_clipping.ipynb",
     "05_private_zeroth_order.ipynb",
+    "06_lmo_paper_checked.ipynb",
     "07_sampling_schemes.ipynb",
 ]
 TIME_LIMIT_SECONDS = 180
