@@ -394,6 +394,11 @@ class DPSGDNoiseStep:
 
         Records the step in the ledger, and updates the thresholds when adaptive.
         """
+        journal = self.ledger.journal
+        # a resumed run re-doing journaled steps: keep what undoes a refused release
+        repeating = journal is not None and journal.released > self.ledger.steps
+        if repeating:
+            saved = (self.generator.get_state() if isinstance(self.generator, torch.Generator) else None, self.last_counts)
         clipped = clip_and_sum(per_sample_grads, self.groups, self.thresholds)
         stds = self.applied_noise_stds()
         for k, group in enumerate(self.groups):
@@ -404,7 +409,15 @@ class DPSGDNoiseStep:
             counts = clipped.centred_counts
             noisy_all_reduce_([counts], Gaussian(self.adaptive.count_noise_std), self.generator, mode=self.distributed)
             self.last_counts = [float(c) for c in counts.tolist()]  # the one device-to-host copy
-        self.ledger.record(self.mechanism, self.sampling_rate)
+        release = None if journal is None else _release_digest(clipped.sums, self.last_counts)
+        try:  # journaled before the noisy sums are returned (released)
+            self.ledger.record(self.mechanism, self.sampling_rate, release=release)
+        except BaseException:
+            if repeating:
+                if saved[0] is not None:
+                    self.generator.set_state(saved[0])
+                self.last_counts = saved[1]
+            raise
         self.steps += 1
         if self.adaptive is not None:
             self.thresholds = [
@@ -427,6 +440,20 @@ class DPSGDNoiseStep:
         for name, parameter in self.named:
             parameter.grad = noisy[name].to(parameter.dtype)
         return noisy
+
+
+def _release_digest(sums: Mapping[str, torch.Tensor], counts: Sequence[float] | None) -> str:
+    """A short fingerprint of one step's release (the noisy sums and counts): the float64
+    sum and sum of squares of all coordinates, one device-to-host copy.  The journal keeps
+    it so that a resumed run re-doing a released step with other data (the same noise on
+    other data) is refused before it releases anything."""
+    total = torch.zeros(2, dtype=torch.float64, device=next(iter(sums.values())).device)
+    for tensor in sums.values():
+        values = tensor.detach().to(torch.float64)
+        total += torch.stack([values.sum(), values.pow(2).sum()])
+    first, second = total.tolist()
+    extra = "" if counts is None else ":" + ",".join(repr(float(c)) for c in counts)
+    return f"{first!r}:{second!r}{extra}"
 
 
 def per_sample_gradients(

@@ -197,3 +197,20 @@ def test_checkpoint_errors(tmp_path):
         load_checkpoint(tmp_path / "m.pt", dpforge={"x": noise})
     with pytest.raises(ValueError, match="no optimizer state"):
         load_checkpoint(tmp_path / "m.pt", optimizer=optimizer)
+
+
+def test_dpsgd_resume_on_other_data_is_refused(tmp_path):
+    """DP-SGD too: a journaled step re-done on other data (its noise reused) is refused
+    before release, and the same data is accepted afterwards."""
+    path = tmp_path / "sgd.jsonl"
+    model, optimizer, noise = _dpsgd(0, noise_seed=7, ledger=Ledger(RunJournal(path)))
+    save_checkpoint(tmp_path / "k0.pt", model=model, optimizer=optimizer, dpforge=noise)
+    _dpsgd_step(model, optimizer, noise, 0)
+    noise.ledger.journal.close()
+    model2, optimizer2, noise2 = _dpsgd(0, ledger=Ledger(RunJournal(path)))
+    load_checkpoint(tmp_path / "k0.pt", model=model2, optimizer=optimizer2, dpforge=noise2)
+    with pytest.raises(ValueError, match="reuse its noise"):
+        _dpsgd_step(model2, optimizer2, noise2, 5)  # other data than step 0 had
+    assert noise2.steps == 0 and noise2.ledger.steps == 0
+    _dpsgd_step(model2, optimizer2, noise2, 0)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), model2.parameters()))
