@@ -23,6 +23,8 @@ Every assertion ``lower <= exact <= upper`` allows only a float-conversion slack
 
 from __future__ import annotations
 
+import json
+
 import math
 
 import mpmath as mp
@@ -460,7 +462,8 @@ def test_results_are_plain_sane_data():
     e = dpforge_epsilon(d, 1e-7)
     check_sane(e)
     assert e.delta == 1e-7 and e.neighbouring == "add_remove" and e.sampling == "poisson"
-    assert '"epsilon"' in e.to_json()
+    data = json.loads(e.to_json())
+    assert data["epsilon_upper"] == e.upper and data["epsilon_lower"] == e.lower and data["delta"] == 1e-7
     dd = dpforge_delta(d, e.upper)
     check_sane(dd)
     assert dd.epsilon == e.upper and dd.upper <= 1.0
