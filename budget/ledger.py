@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from dpforge.accounting.api import epsilon as account_epsilon
 from dpforge.budget.plan import Phase, Plan, PlanError, write_plan
 from dpforge.errors import InputFileError, ParameterError, UnsupportedError
+from dpforge.files import atomic_write_text
 from dpforge.accounting.results import EpsilonResult
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
@@ -157,6 +158,21 @@ class Ledger:
         if self.noise_sources:
             data["noise_sources"] = {role: dict(source) for role, source in self.noise_sources.items()}
         return data
+
+    def save_json(self, path: str | os.PathLike[str]) -> None:
+        """Write :meth:`to_json` to ``path`` atomically (:mod:`dpforge.files`)."""
+        atomic_write_text(path, self.to_json() + "\n")
+
+    @classmethod
+    def load_json(cls, path: str | os.PathLike[str]) -> "Ledger":
+        """Read a ledger :meth:`save_json` wrote; a damaged file is a one-line InputFileError."""
+        source = os.fspath(path)
+        try:
+            with open(source, "rb") as handle:
+                data = json.loads(handle.read().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as error:
+            raise InputFileError(f"{source}: cannot read ledger: {' '.join(str(error).split())}") from None
+        return cls.from_dict(data)
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint state: :meth:`to_dict` (plain lists, dicts, numbers and strings)."""

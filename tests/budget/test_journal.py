@@ -101,3 +101,12 @@ def test_journal_refuses_gaps_and_other_mechanisms(tmp_path):
         RunJournal(tmp_path / "k.jsonl", sync="never")
     with pytest.raises(ValueError, match="cannot read journal"):
         read_journal(tmp_path / "missing.jsonl")
+
+
+def test_ledger_json_file_round_trip(tmp_path):
+    ledger = _write_run(tmp_path / "run.jsonl")
+    ledger.save_json(tmp_path / "ledger.json")
+    assert Ledger.load_json(tmp_path / "ledger.json").to_dict() == ledger.to_dict()
+    (tmp_path / "torn.json").write_bytes((tmp_path / "ledger.json").read_bytes()[:-20])
+    with pytest.raises(ValueError, match="cannot read ledger"):
+        Ledger.load_json(tmp_path / "torn.json")
