@@ -34,6 +34,7 @@ from dpforge.mechanisms.combinators import Composed, Description
 from dpforge.validation import require_non_negative, require_positive, require_probability_open
 
 __all__ = [
+    "describe",
     "plot_epsilon_vs_steps",
     "plot_noise_densities",
     "plot_privacy_profile",
@@ -53,6 +54,8 @@ ENGINE_WIDTHS = {"prv": 2.8, "rdp": 1.5, "montecarlo": 1.2, "pure": 1.5}
 #: Engines whose lower bound is a tight one, drawn as a band.  The pure engine's lower
 #: bound (one step's exact ε) and the RDP engine's (0) are sound but far from tight.
 BAND_ENGINES = ("prv", "montecarlo")
+#: Line styles of the noise and RDP figures, in the order the curves are given.
+NOISE_STYLES = ("-", "--", ":", "-.")
 ENGINE_LABELS = {
     "prv": "PRV (certified)",
     "rdp": "RDP (certified upper)",
@@ -61,7 +64,7 @@ ENGINE_LABELS = {
 }
 
 
-def _axes(ax: Any = None, size: tuple[float, float] = (6.4, 4.2)) -> Any:
+def _axes(ax: Any = None, size: tuple[float, float] = (7.0, 5.0)) -> Any:
     """``ax``, or the axes of a new pyplot-free figure."""
     if ax is not None:
         return ax
@@ -71,14 +74,46 @@ def _axes(ax: Any = None, size: tuple[float, float] = (6.4, 4.2)) -> Any:
     return figure.add_subplot()
 
 
-def _finish(ax: Any, xlabel: str, ylabel: str, title: str) -> Any:
-    """Labels, a light grid and the legend: the same on every figure."""
+def _finish(ax: Any, xlabel: str, ylabel: str, title: str, subtitle: str | None = None) -> Any:
+    """Labels, a light grid and the legend: the same on every figure.  ``subtitle`` (the
+    mechanism's parameters) goes on a second, wrapped title line; the legend goes outside
+    the axes, below them, so that it never covers a curve."""
+    import textwrap
+
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(title if not subtitle else title + "\n" + textwrap.fill(subtitle, 90), fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend()
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.13), ncol=2, fontsize=8, frameon=False)
     return ax
+
+
+def _mechanism_text(mechanism: Mechanism) -> str:
+    """One mechanism in a figure's words: "Gaussian σ=1.1", "Laplace b=2", "LMO (...)"."""
+    sensitivity = getattr(mechanism, "sensitivity", 1.0)
+    shown = "" if sensitivity == 1.0 else f", Δ={sensitivity:g}"
+    if isinstance(mechanism, Gaussian):
+        return f"Gaussian σ={mechanism.noise_multiplier:.4g}{shown}"
+    if isinstance(mechanism, Laplace):
+        return f"Laplace b={mechanism.scale:.4g}{shown}"
+    if type(mechanism).__name__ == "LMO":
+        weights = "/".join(f"{w:.2g}" for w in mechanism.weights)
+        return f"LMO weights {weights}{shown}"
+    if hasattr(mechanism, "epsilon"):
+        return f"pure ε₀={mechanism.epsilon:.4g}"
+    return type(mechanism).__name__
+
+
+def describe(description: Description) -> str:
+    """A description's parameters for a subtitle: each flattened component as
+    "Gaussian σ=1, q=0.01, T=1000" (q omitted for no subsampling), joined by " + "."""
+    from dpforge.mechanisms.combinators import flatten
+
+    parts = []
+    for part in flatten(description):
+        rate = "" if part.sampling_rate >= 1.0 else f", q={part.sampling_rate:g}"
+        parts.append(f"{_mechanism_text(part.mechanism)}{rate}, T={part.count}")
+    return " + ".join(parts)
 
 
 def _require_engines(engines: object) -> tuple[str, ...]:
@@ -187,14 +222,18 @@ def plot_privacy_profile(
         lower, upper = privacy_profile(description, grid, name, **_options_for(name, engine_options))
         colour, style = ENGINE_COLOURS[name], ENGINE_STYLES[name]
         shown = upper > 0
-        ax.plot(grid[shown], upper[shown], color=colour, linestyle=style, label=ENGINE_LABELS[name],
-                zorder=ENGINE_ZORDER[name], linewidth=ENGINE_WIDTHS[name])
+        label = ENGINE_LABELS[name]
         if name in BAND_ENGINES and np.any(lower > 0):
             band = lower > 0
+            width = float(np.max((upper[band] - lower[band]) / upper[band]))
+            # a bracket narrower than the line is stated, not promised as a visible band
+            label += f"; [lower, upper] within {100 * width:.2g} %" + (", too narrow to see" if width < 0.05 else " (band)")
             ax.fill_between(grid[band], lower[band], upper[band], color=colour, alpha=0.25, linewidth=0)
             ax.plot(grid[band], lower[band], color=colour, linestyle=":", linewidth=1)
+        ax.plot(grid[shown], upper[shown], color=colour, linestyle=style, label=label,
+                zorder=ENGINE_ZORDER[name], linewidth=ENGINE_WIDTHS[name])
     ax.set_yscale("log")
-    return _finish(ax, "ε", "δ(ε)", "Privacy profile (bands: certified or high-probability [lower, upper])")
+    return _finish(ax, "ε", "δ(ε)", "Privacy profile δ(ε)", describe(description))
 
 
 # --------------------------------------------------------------------------- epsilon over training
@@ -281,20 +320,29 @@ def plot_epsilon_vs_steps(
         if name in BAND_ENGINES and np.any(lower > 0):
             ax.fill_between(checkpoints, lower, upper, color=colour, alpha=0.25, linewidth=0)
     if isinstance(plan_or_step, Plan):
-        boundary = 0
-        for phase in plan_or_step.phases[:-1]:
-            boundary += phase.steps
-            ax.axvline(boundary, color="grey", linestyle=":", linewidth=1)
+        start = 1
+        for index, phase in enumerate(plan_or_step.phases):
+            if index:
+                ax.axvline(start, color="grey", linestyle=":", linewidth=1, label="phase boundary" if index == 1 else None)
+            # each phase named where it starts, along the top of the axes
+            ax.text(start, 0.98, f" {phase.label(index)}", transform=ax.get_xaxis_transform(), va="top", ha="left",
+                    fontsize=8, color="dimgrey", rotation=90,
+                    bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 1})
+            start += phase.steps
         if budget_epsilon is None:
             budget_epsilon = plan_or_step.budget_epsilon
         shown_delta = plan_or_step.delta if delta is None else delta
+        subtitle = " → ".join(
+            f"{phase.label(index)}: {describe(phase.description())}" for index, phase in enumerate(plan_or_step.phases)
+        )
     else:
         shown_delta = delta
+        subtitle = describe(Composed([(plan_or_step, steps)]))
     if budget_epsilon is not None:
         budget_epsilon = require_non_negative("budget_epsilon", budget_epsilon)
         ax.axhline(budget_epsilon, color="black", linestyle="--", linewidth=1, label=f"budget ε = {budget_epsilon:g}")
     ax.set_xscale("log")
-    return _finish(ax, "steps", f"ε at δ = {shown_delta:.3g}", "Privacy spent over training")
+    return _finish(ax, "steps", f"ε at δ = {shown_delta:.3g}", f"Privacy spent over training (δ = {shown_delta:.3g})", subtitle)
 
 
 # --------------------------------------------------------------------------- noise densities
@@ -361,13 +409,16 @@ def plot_noise_densities(
     x_max = require_positive("x_max", x_max)
     x = np.linspace(-x_max, x_max, points)
     ax = _axes(ax)
-    for label, mechanism in mechanisms.items():
-        ax.plot(x, noise_density(mechanism, x), label=f"{label} (std {stds[label]:.3g})")
+    for index, (label, mechanism) in enumerate(mechanisms.items()):
+        # thick solid first, thinner dashed/dotted on top: curves that coincide (a
+        # Laplace-like LMO over its Laplace) all stay visible
+        ax.plot(x, noise_density(mechanism, x), label=f"{label} (std {stds[label]:.3g})",
+                linestyle=NOISE_STYLES[index % len(NOISE_STYLES)], linewidth=max(3.2 - 0.8 * index, 1.0), zorder=2 + index)
     if log_scale:
         ax.set_yscale("log")
         floor = max(1e-12, ax.get_ylim()[0])
         ax.set_ylim(bottom=floor)
-    return _finish(ax, "noise value (one coordinate)", "density", "Noise densities")
+    return _finish(ax, "noise value (one coordinate)", "density" + (" (log scale)" if log_scale else ""), "Noise densities")
 
 
 # --------------------------------------------------------------------------- RDP curves
@@ -385,13 +436,15 @@ def plot_rdp_curves(
         raise ParameterError("descriptions must be a non-empty mapping of label -> description")
     alpha = DEFAULT_ORDERS if orders is None else orders
     ax = _axes(ax)
-    for label, description in descriptions.items():
+    for index, (label, description) in enumerate(descriptions.items()):
         curve = rdp_curve(description, alpha)
         finite = np.isfinite(curve.values) & (curve.values > 0)
-        ax.plot(curve.orders[finite], curve.values[finite], marker=".", label=label)
+        ax.plot(curve.orders[finite], curve.values[finite], marker=".", markersize=3, label=label,
+                linestyle=NOISE_STYLES[index % len(NOISE_STYLES)], zorder=2 + index)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    return _finish(ax, "order α", "Rényi divergence bound ε_α", "RDP curves")
+    subtitle = describe(next(iter(descriptions.values()))) if len(descriptions) == 1 else None
+    return _finish(ax, "order α", "Rényi divergence bound ε_α", "RDP curves (composed, certified upper bounds)", subtitle)
 
 
 def save(ax: Any, path: str | os.PathLike[str], *, dpi: int = 120) -> str:

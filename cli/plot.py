@@ -138,7 +138,7 @@ def _command_rdp(args: argparse.Namespace) -> int:
     path = _out(args)
     description, summary, _ = flags.mechanism_description(args)
     label = os.fspath(args.plan) if args.plan is not None else ", ".join(
-        f"{key}={value}" for key, value in summary.items() if key != "sensitivity"
+        f"{key}={value}" for key, value in summary.items() if key not in ("sensitivity", "workload_source")
     )
     return _written(plot_rdp_curves({label: description}), path)
 

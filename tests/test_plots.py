@@ -170,7 +170,7 @@ def test_bad_arguments_raise_one_line_value_errors(call, match):
     "argv",
     [
         ["profile", "--noise-multiplier", "1", "--sampling-rate", "0.01", "--steps", "100", "--points", "5"],
-        ["profile", "--noise", "laplace", "--scale", "2", "--steps", "10", "--engine", "prv", "--engine", "pure"],
+        ["profile", "--noise", "laplace", "--scale", "2", "--sampling-rate", "1", "--steps", "10", "--engine", "prv", "--engine", "pure"],
         ["steps", "--noise-multiplier", "1", "--sampling-rate", "0.01", "--steps", "100", "--delta", "1e-5", "--points", "4"],
         ["noise", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "0.01", "--steps", "100"],
         ["noise", "--noise-multiplier", "1", "--scale", "1"],
@@ -199,17 +199,19 @@ def test_cli_plots_a_plan_file(tmp_path):
     "argv, message",
     [
         (["profile", "--noise-multiplier", "1"], "--out is required"),
-        (["profile", "--noise-multiplier", "1", "--out", "x.foo"], "--out must end in an image suffix"),
-        (["profile", "--noise-multiplier", "1", "--out", "/no/such/folder/x.png"], "does not exist"),
-        (["profile", "--noise-multiplier", "1", "--samples", "10", "--out", "x.png"], "--samples applies only"),
+        (["profile", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--out", "x.foo"], "--out must end in an image suffix"),
+        (["profile", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--out", "/no/such/folder/x.png"], "does not exist"),
+        (["profile", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--samples", "10", "--out", "x.png"], "--samples applies only"),
         (["profile", "--noise-multiplier", "-1", "--out", "x.png"], "--noise-multiplier must be"),
-        (["profile", "--noise-multiplier", "1", "--points", "1", "--out", "x.png"], "--points must be an integer >= 2"),
+        (["profile", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--points", "1", "--out", "x.png"], "--points must be an integer >= 2"),
+        (["profile", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--points", "1e9", "--out", "x.png"], "--points must be an integer in [2, 10000]"),
+        (["profile", "--noise-multiplier", "1", "--out", "x.png"], "--sampling-rate is required"),
         (["noise", "--out", "x.png"], "nothing to draw"),
         (["noise", "--delta", "1e-5", "--out", "x.png"], "--target-epsilon"),
-        (["steps", "--noise-multiplier", "1", "--steps", "5", "--out", "x.png"], "--delta is required"),
+        (["steps", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "5", "--out", "x.png"], "--delta is required"),
         (["rdp", "--out", "x.png"], "--noise-multiplier"),
-        (["steps", "--noise-multiplier", "1", "--steps", "5", "--delta", "1e-5", "--budget", "-1", "--out", "x.png"], "--budget must be"),
-        (["profile", "--noise-multiplier", "1", "--engine", "montecarlo", "--samples", "0", "--out", "x.png"], "--samples must be"),
+        (["steps", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "5", "--delta", "1e-5", "--budget", "-1", "--out", "x.png"], "--budget must be"),
+        (["profile", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--engine", "montecarlo", "--samples", "0", "--out", "x.png"], "--samples must be"),
     ],
 )
 def test_cli_errors_are_one_line_exit_2(argv, message, tmp_path, monkeypatch, capsys):
@@ -218,3 +220,56 @@ def test_cli_errors_are_one_line_exit_2(argv, message, tmp_path, monkeypatch, ca
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "x.png").exists()
+
+
+# ----------------------------------------------------------------- figures a reader can read (issue 13)
+
+
+def _legend_clear_of_axes(ax) -> bool:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(ax.figure).get_renderer()
+    legend, axes = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    return not legend.overlaps(axes)
+
+
+def test_profile_states_the_mechanism_and_the_bracket_width():
+    ax = plots.plot_privacy_profile(DP_SGD, engines=("prv", "rdp"), points=4)
+    title = ax.get_title()
+    assert "σ=1" in title and "q=0.01" in title and "T=300" in title
+    assert "band" not in title  # no promise of bands that may be too narrow to see
+    (prv,) = [line for line in ax.lines if str(line.get_label()).startswith("PRV")]
+    lower, upper = delta_profile(DP_SGD, prv.get_xdata())
+    width = np.max((upper - lower) / upper)
+    assert f"within {100 * width:.2g} %" in prv.get_label()
+    assert _legend_clear_of_axes(ax)
+
+
+def test_steps_figure_names_its_phases_and_parameters():
+    plan = Plan(
+        delta=1e-5,
+        phases=(Phase("gaussian", 1.2, 0.01, 200, name="warmup"), Phase("laplace", 2.0, 0.01, 100, name="finetune")),
+        budget_epsilon=3.0,
+    )
+    ax = plots.plot_epsilon_vs_steps(plan, points=4)
+    texts = [text.get_text().strip() for text in ax.texts]
+    assert texts == ["warmup", "finetune"]
+    assert "phase boundary" in [str(line.get_label()) for line in ax.lines]
+    assert "Laplace b=2" in ax.get_title() and "σ=1.2" in ax.get_title() and "δ = 1e-05" in ax.get_title()
+    assert _legend_clear_of_axes(ax)
+
+
+def test_coinciding_noise_curves_stay_visible():
+    nearly_laplace = LMO(weights=(0.0, 0.0, 1.0), uniform_low=0.99, uniform_high=1.01)
+    ax = plots.plot_noise_densities({"Gaussian": Gaussian(2.0), "Laplace": Laplace(1.0), "LMO": nearly_laplace})
+    styles = [line.get_linestyle() for line in ax.lines]
+    widths = [line.get_linewidth() for line in ax.lines]
+    orders = [line.get_zorder() for line in ax.lines]
+    assert len(set(styles)) == 3  # solid, dashed, dotted: the later, thinner curve is drawn over the earlier
+    assert widths == sorted(widths, reverse=True) and orders == sorted(orders)
+    assert _legend_clear_of_axes(ax)
+
+
+def test_rdp_legend_is_clear_of_the_curve():
+    ax = plots.plot_rdp_curves({"DP-SGD": DP_SGD})
+    assert _legend_clear_of_axes(ax) and "σ=1" in ax.get_title()
