@@ -283,7 +283,8 @@ class _PrivateTrainerMixin:
         self.steps_per_epoch = max(1, round(1.0 / self.sampling_rate))
         self.ledger = ledger if ledger is not None else Ledger()
         seed = privacy.seed
-        self._noise_generator = torch.Generator()
+        # DP-SGD noise is drawn where the gradients are; DP-ZO's scalar noise on the CPU
+        self._noise_generator = torch.Generator(device=self._noise_device())
         self._sampler_generator = torch.Generator()
         if seed is None:
             self._noise_generator.seed()
@@ -292,6 +293,9 @@ class _PrivateTrainerMixin:
             # different streams per rank for sampling; noise handled by the distributed mode
             self._noise_generator.manual_seed(int(seed))
             self._sampler_generator.manual_seed(int(seed) * 1_000_003 + args.process_index + 1)
+
+    def _noise_device(self) -> torch.device:
+        return torch.device("cpu")
 
     # -- data ---------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
@@ -399,6 +403,9 @@ class DPTrainer(_PrivateTrainerMixin, transformers.Trainer):
             generator=self._noise_generator,
             distributed=privacy.distributed,
         )
+
+    def _noise_device(self) -> torch.device:
+        return next(p for p in self.model.parameters() if p.requires_grad).device
 
     def _per_sample(self, batch: int) -> dict[str, torch.Tensor]:
         out = {}

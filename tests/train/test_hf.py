@@ -246,3 +246,20 @@ def test_dpzo_refuses_a_vector_laplace_and_own_optimizers(tmp_path):
             privacy=ZOPrivacyArguments(mechanism=Gaussian(1.0)),
             optimizers=(torch.optim.SGD(model.parameters(), lr=0.1), None),
         )
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_dpsgd_and_dpzo_trainers_run_on_cuda(tmp_path):
+    dp = DPTrainer(
+        model=full_model(), args=arguments(tmp_path / "sgd", use_cpu=False), train_dataset=Tokens(),
+        privacy=PrivacyArguments(noise_multiplier=1.0, groups="per_layer", seed=0),
+    )
+    dp.train()
+    assert next(dp.model.parameters()).is_cuda and dp.noise_step.generator.device.type == "cuda"
+    assert dp.ledger.steps == 3
+    zo = DPZOTrainer(
+        model=full_model(), args=arguments(tmp_path / "zo", use_cpu=False), train_dataset=Tokens(),
+        privacy=ZOPrivacyArguments(mechanism=Gaussian(1.0, sensitivity=0.5), seed=0),
+    )
+    zo.train()
+    assert zo.ledger.steps == 3 and len(zo.history) == 3
