@@ -282,17 +282,36 @@ class _PrivateTrainerMixin:
         self.expected_batch_size = self.sampling_rate * self.dataset_size
         self.steps_per_epoch = max(1, round(1.0 / self.sampling_rate))
         self.ledger = ledger if ledger is not None else Ledger()
-        seed = privacy.seed
-        # DP-SGD noise is drawn where the gradients are; DP-ZO's scalar noise on the CPU
-        self._noise_generator = torch.Generator(device=self._noise_device())
-        self._sampler_generator = torch.Generator()
-        if seed is None:
-            self._noise_generator.seed()
-            self._sampler_generator.seed()
+        self._seed_generators(0)
+
+    def _seed_generators(self, offset: int) -> None:
+        """Fresh noise and sampling generators.  With ``seed`` None they come from the OS;
+        with a seed (tests) they are derived from (seed, offset), where a resumed run passes
+        the steps already recorded, so a resumed run never repeats the first run's noise.
+        Under ``distributed="shared_seed"`` the noise generator is identical on every rank
+        (:func:`dpforge.train.distributed.shared_generator`)."""
+        seed = self.privacy.seed
+        derived = None if seed is None else int(seed) + 1_000_003 * int(offset)
+        if getattr(self.privacy, "distributed", "rank0") == "shared_seed":
+            from dpforge.train.distributed import shared_generator
+
+            self._noise_generator = shared_generator(derived, device=self._noise_device())
         else:
-            # different streams per rank for sampling; noise handled by the distributed mode
-            self._noise_generator.manual_seed(int(seed))
-            self._sampler_generator.manual_seed(int(seed) * 1_000_003 + args.process_index + 1)
+            # DP-SGD noise is drawn where the gradients are; DP-ZO's scalar noise on the CPU
+            self._noise_generator = torch.Generator(device=self._noise_device())
+            if derived is None:
+                self._noise_generator.seed()
+            else:
+                self._noise_generator.manual_seed(derived)
+        self._sampler_generator = torch.Generator()
+        if derived is None:
+            self._sampler_generator.seed()
+        else:  # one sampling stream per rank
+            self._sampler_generator.manual_seed(derived * 7919 + self.args.process_index + 1)
+        self._generators_changed()
+
+    def _generators_changed(self) -> None:
+        """Hand the new noise generator to the step object (subclasses)."""
 
     def _noise_device(self) -> torch.device:
         return torch.device("cpu")
@@ -361,6 +380,7 @@ class _PrivateTrainerMixin:
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
         if isinstance(resume_from_checkpoint, str):
             self._restore(resume_from_checkpoint)
+            self._seed_generators(self.ledger.steps)
         output = super().train(resume_from_checkpoint, *args, **kwargs)
         self.write_plan()
         return output
@@ -406,6 +426,10 @@ class DPTrainer(_PrivateTrainerMixin, transformers.Trainer):
 
     def _noise_device(self) -> torch.device:
         return next(p for p in self.model.parameters() if p.requires_grad).device
+
+    def _generators_changed(self) -> None:
+        if getattr(self, "noise_step", None) is not None:
+            self.noise_step.generator = self._noise_generator
 
     def _per_sample(self, batch: int) -> dict[str, torch.Tensor]:
         out = {}
@@ -522,6 +546,10 @@ class DPZOTrainer(_PrivateTrainerMixin, transformers.Trainer):
             )
             self.optimizer = self.dpzero
         return self.optimizer
+
+    def _generators_changed(self) -> None:
+        if getattr(self, "dpzero", None) is not None:
+            self.dpzero.noise_generator = self._noise_generator
 
     def _restore(self, folder: str) -> None:
         super()._restore(folder)
