@@ -10,6 +10,8 @@ private clipped counts that move the thresholds towards the median norm (Andrew 
 2019), and records every step in a ledger.  The ledger is written as a plan file and
 checked with ``dpforge verify``.  Compared with flat clipping at a fixed C = 1 and with
 non-private training.  Runs in well under a minute on one CPU core.
+
+Needs the ``torch`` extra: ``pip install -e '.[torch]'``.
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ import os
 import tempfile
 import time
 
-import torch
+try:
+    import torch
+except ImportError:  # a base install: say what to install, in one line
+    raise SystemExit("dpsgd_groupwise.py needs the torch extra (PyTorch): pip install -e '.[torch]'") from None
 
 from dpforge.accounting import calibrate_noise_multiplier
 from dpforge.cli.main import main as dpforge_cli
