@@ -69,11 +69,13 @@ def _accounted(compute: Any) -> Any:
 
 
 def _command_epsilon(args: argparse.Namespace) -> int:
+    given_delta = None if args.delta is None else flags.delta(args.delta)  # cheap checks before any import
+    flags.relative_accuracy(args.relative_accuracy)
+    description, summary, plan = flags.mechanism_description(args)
+    delta = plan.delta if plan is not None and given_delta is None else flags.delta(args.delta)
+    engine, options = _engine_and_options(args)
     from dpforge.accounting import epsilon
 
-    description, summary, plan = flags.mechanism_description(args)
-    delta = plan.delta if plan is not None and args.delta is None else flags.delta(args.delta)
-    engine, options = _engine_and_options(args)
     result = _accounted(lambda: epsilon(description, delta, engine=engine, **options))
     data = command_object("epsilon", result.to_dict(), description, workload_source=summary["workload_source"])
     if args.json:
@@ -89,11 +91,14 @@ def _command_epsilon(args: argparse.Namespace) -> int:
 
 
 def _command_delta(args: argparse.Namespace) -> int:
-    from dpforge.accounting import delta
-
+    if args.epsilon is not None:  # cheap checks before any import
+        flags.number("--epsilon", args.epsilon, flags.NON_NEGATIVE)
+    flags.relative_accuracy(args.relative_accuracy)
     description, summary, _ = flags.mechanism_description(args)
     epsilon = flags.number("--epsilon", args.epsilon, flags.NON_NEGATIVE)
     engine, options = _engine_and_options(args)
+    from dpforge.accounting import delta
+
     result = _accounted(lambda: delta(description, epsilon, engine=engine, **options))
     data = command_object("delta", result.to_dict(), description, workload_source=summary["workload_source"])
     if args.json:
@@ -109,10 +114,6 @@ def _command_delta(args: argparse.Namespace) -> int:
 
 
 def _command_calibrate(args: argparse.Namespace) -> int:
-    from dpforge.accounting import calibrate_laplace_scale, calibrate_noise_multiplier
-    from dpforge.budget.plan import Phase
-    from dpforge.errors import CalibrationError
-
     noise = args.noise or "gaussian"
     target_epsilon = flags.number("--target-epsilon", args.target_epsilon, flags.POSITIVE)
     delta = flags.delta(args.delta)
@@ -120,6 +121,10 @@ def _command_calibrate(args: argparse.Namespace) -> int:
     steps = flags.steps(args.steps)
     sensitivity = flags.sensitivity(args.sensitivity)
     rel_tolerance = flags.relative_accuracy(args.relative_accuracy)
+    from dpforge.accounting import calibrate_laplace_scale, calibrate_noise_multiplier
+    from dpforge.budget.plan import Phase
+    from dpforge.errors import CalibrationError
+
     try:
         if noise == "gaussian":
             result = _accounted(

@@ -185,9 +185,8 @@ _NOT_WITH_LMO = ("noise", "noise_multiplier", "scale", "sensitivity", "plan")
 
 
 def phase(args: argparse.Namespace) -> Phase:
-    """One phase (mechanism, sampling rate, steps) from the mechanism flags."""
-    from dpforge.budget.plan import Phase
-
+    """One phase (mechanism, sampling rate, steps) from the mechanism flags (every value
+    is checked before the library is imported, so a bad flag is answered at once)."""
     noise = args.noise or "gaussian"
     parameter_dest = NOISE_FLAGS[noise]
     for other_noise, other_dest in NOISE_FLAGS.items():
@@ -200,13 +199,15 @@ def phase(args: argparse.Namespace) -> Phase:
     text = getattr(args, parameter_dest)
     if text is None:
         raise CliError(f"{flag} is required (a number > 0 for --noise {noise})")
-    return Phase(
-        noise=noise,
-        parameter=number(flag, text, POSITIVE),
-        sampling_rate=sampling_rate(args.sampling_rate),
-        steps=steps(args.steps),
-        sensitivity=sensitivity(args.sensitivity),
-    )
+    values = {
+        "parameter": number(flag, text, POSITIVE),
+        "sampling_rate": sampling_rate(args.sampling_rate),
+        "steps": steps(args.steps),
+        "sensitivity": sensitivity(args.sensitivity),
+    }
+    from dpforge.budget.plan import Phase
+
+    return Phase(noise=noise, **values)
 
 
 def load_plan_flag(args: argparse.Namespace) -> Plan:

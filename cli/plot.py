@@ -34,15 +34,19 @@ def _points(args: argparse.Namespace, default: int) -> int:
     return points
 
 
+#: the figure formats --out accepts: those every matplotlib >= 3.7 writes
+#: (FigureCanvasBase.get_supported_filetypes(); written out so that checking --out imports
+#: nothing; a test checks that matplotlib supports each)
+FIGURE_FORMATS = ("eps", "jpeg", "jpg", "pdf", "pgf", "png", "ps", "raw", "rgba", "svg", "svgz", "tif", "tiff", "webp")
+
+
 def _out(args: argparse.Namespace) -> str:
     """``--out``, checked before any work: a known image suffix in an existing folder."""
-    from matplotlib.backend_bases import FigureCanvasBase
-
     if args.out is None:
         raise flags.CliError("--out is required (the figure's file, e.g. profile.png)")
     path = os.fspath(args.out)
     suffix = os.path.splitext(path)[1].lower().lstrip(".")
-    formats = sorted(FigureCanvasBase.get_supported_filetypes())
+    formats = FIGURE_FORMATS
     if suffix not in formats:
         raise flags.CliError(f"--out must end in an image suffix ({', '.join('.' + f for f in formats)}), got {path!r}")
     return flags.existing_folder("--out", path)
@@ -57,9 +61,9 @@ def _written(ax: Any, path: str) -> int:
 
 
 def _command_profile(args: argparse.Namespace) -> int:
+    path = _out(args)  # checked before the plots and engines are imported
     from dpforge.plots import plot_privacy_profile
 
-    path = _out(args)
     description, _, _ = flags.mechanism_description(args)
     engines, options = flags.engines_options(args, _DEFAULT_ENGINES)
     ax = plot_privacy_profile(description, engines=engines, points=_points(args, 25), engine_options=options)
@@ -67,9 +71,9 @@ def _command_profile(args: argparse.Namespace) -> int:
 
 
 def _command_steps(args: argparse.Namespace) -> int:
+    path = _out(args)  # checked before the plots and engines are imported
     from dpforge.plots import plot_epsilon_vs_steps
 
-    path = _out(args)
     if args.plan_file is not None:
         if args.plan is not None:
             raise flags.CliError("give the plan either as PLAN or as --plan, not both")
@@ -93,11 +97,11 @@ def _command_steps(args: argparse.Namespace) -> int:
 
 
 def _command_noise(args: argparse.Namespace) -> int:
+    path = _out(args)  # checked before the plots and engines are imported
     from dpforge.accounting import calibrate_laplace_scale, calibrate_noise_multiplier
     from dpforge.mechanisms import Gaussian, Laplace
     from dpforge.plots import plot_noise_densities
 
-    path = _out(args)
     sensitivity = flags.sensitivity(args.sensitivity)
     target_flags = ("target_epsilon", "delta", "sampling_rate", "steps")
     calibrating = [dest for dest in target_flags if getattr(args, dest) is not None]
@@ -133,9 +137,9 @@ def _command_noise(args: argparse.Namespace) -> int:
 
 
 def _command_rdp(args: argparse.Namespace) -> int:
+    path = _out(args)  # checked before the plots and engines are imported
     from dpforge.plots import plot_rdp_curves
 
-    path = _out(args)
     description, summary, _ = flags.mechanism_description(args)
     label = os.fspath(args.plan) if args.plan is not None else ", ".join(
         f"{key}={value}" for key, value in summary.items() if key not in ("sensitivity", "workload_source")

@@ -55,13 +55,13 @@ def _print_report(path: str, report: VerifyReport, accuracy: dict[str, Any]) -> 
 def _command_verify(args: argparse.Namespace) -> int:
     import warnings
 
+    path = _plan_path(args)  # the flags are checked before the library is imported
+    relative_accuracy = flags.relative_accuracy(args.relative_accuracy)
+    budget = flags.number("--budget", args.budget, flags.NON_NEGATIVE, default=None)
     from dpforge.budget.integrity import load_checked_plan
     from dpforge.budget.verify import verify_plan
     from dpforge.errors import DpforgeAccuracyWarning
 
-    path = _plan_path(args)
-    relative_accuracy = flags.relative_accuracy(args.relative_accuracy)
-    budget = flags.number("--budget", args.budget, flags.NON_NEGATIVE, default=None)
     plan = load_checked_plan(path)  # a sealed plan must match its checksum and totals
     if budget is not None:
         plan = dataclasses.replace(plan, budget_epsilon=budget)

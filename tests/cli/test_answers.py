@@ -373,3 +373,35 @@ def test_lmo_file_from_dev_zero_and_a_folder(tmp_path, run_error):
 def test_points_are_bounded(tmp_path, run_error):
     line = run_error("plot", "profile", *GAUSSIAN, "--points", "1e9", "--out", str(tmp_path / "p.png"))
     assert "--points must be an integer in [2, 10000], got 1e9" in line
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "2"],
+        ["epsilon", "--noise-multiplier", "-1", "--sampling-rate", "1", "--steps", "1", "--delta", "1e-5"],
+        ["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1.5", "--steps", "1", "--delta", "1e-5"],
+        ["delta", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--epsilon", "-1"],
+        ["calibrate", "--target-epsilon", "1", "--delta", "1e-5", "--sampling-rate", "1", "--steps", "2.5"],
+        ["verify", "plan.toml", "--budget", "-1"],
+        ["plot", "profile", "--noise-multiplier", "1", "--out", "x.foo"],
+    ],
+)
+def test_bad_flag_values_are_answered_before_importing_the_engines(argv):
+    code = (
+        "import sys, contextlib, io\n"
+        "from dpforge.cli.main import main\n"
+        "with contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    code = main({argv!r})\n"
+        "print(code, sorted(m for m in ('numpy', 'scipy', 'numba', 'dpforge.accounting') if m in sys.modules))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.stdout.strip() == "2 []", result.stderr
+
+
+def test_figure_formats_are_supported_by_matplotlib():
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    from dpforge.cli.plot import FIGURE_FORMATS
+
+    assert set(FIGURE_FORMATS) <= set(FigureCanvasBase.get_supported_filetypes())
