@@ -405,3 +405,16 @@ def test_figure_formats_are_supported_by_matplotlib():
     from dpforge.cli.plot import FIGURE_FORMATS
 
     assert set(FIGURE_FORMATS) <= set(FigureCanvasBase.get_supported_filetypes())
+
+
+def test_real_engine_shortfall_is_exit_3(capsys):
+    # a relative accuracy of 1e-6 is past what the PRV grid reaches here (about 4e-5)
+    code = main(["epsilon", *GAUSSIAN, "--delta", "1e-5", "--relative-accuracy", "1e-6", "--json"])
+    out, err = capsys.readouterr()
+    accuracy = json.loads(out)["accuracy"]
+    assert accuracy["requested"] == 1e-6
+    if accuracy["reached"]:
+        assert code == 0 and err == "" and accuracy["achieved"] <= 1e-6
+    else:
+        assert code == EXIT_ACCURACY and accuracy["achieved"] > 1e-6
+        assert len(err.splitlines()) == 1 and "DpforgeAccuracyWarning" not in err  # the engine's warning is not repeated
