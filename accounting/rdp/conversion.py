@@ -18,7 +18,25 @@ def _conversion_inputs(orders: object, values: object) -> tuple[np.ndarray, np.n
         raise ParameterError(f"rdp values must have one entry per order ({alpha.size}), got shape {rho.shape}")
     if np.isnan(rho).any():
         raise ParameterError("rdp values must not contain NaN")
-    return alpha, np.maximum(rho, 0.0)
+    _require_not_lost(alpha, rho)
+    return alpha, rho
+
+
+def _require_not_lost(alpha: np.ndarray, rho: np.ndarray) -> None:
+    """Refuse curves whose small values may be rounding, not divergence: a negative value,
+    or a 0 beside a positive value.  D_a = 0 at one order a > 1 means the two laws are
+    equal, so D = 0 at every order (van Erven & Harremoës 2014, Thm. 8 and Thm. 3); a curve
+    that is 0 at one order and positive at another has lost the 0 to rounding, and the
+    Bretagnolle-Huber step would turn it into epsilon = 0 for every delta."""
+    if (rho < 0).any():
+        k = int(np.argmin(rho))
+        raise ParameterError(f"rdp values must be >= 0, got {rho[k]!r} at order {alpha[k]!r}")
+    zero, positive = rho == 0, rho > 0
+    if zero.any() and positive.any():
+        raise ParameterError(
+            f"rdp values must be all 0 (equal laws) or all > 0: 0 at order {alpha[zero][0]!r} but "
+            f"{rho[positive][0]!r} at order {alpha[positive][0]!r} (a value lost to rounding?)"
+        )
 
 
 def _tv_bound(rho: np.ndarray) -> float:
@@ -37,7 +55,9 @@ def epsilon_from_rdp(orders: object, values: object, delta: float) -> tuple[floa
 
     Infinite entries are skipped; if all are infinite the result is (inf, nan).  When
     δ is at least the Bretagnolle-Huber bound on the total variation, sqrt(1 - e^{-ρ(α)}),
-    ε = 0 (as dp_accounting does; this also covers ρ = 0).
+    ε = 0 (as dp_accounting does; this also covers ρ = 0).  A curve with a negative value,
+    or 0 at one order and positive at another, is refused (:func:`_require_not_lost`): it
+    would give ε = 0 from a value lost to rounding.
     """
     delta = require_probability_open("delta", delta)
     alpha, rho = _conversion_inputs(orders, values)

@@ -20,7 +20,7 @@ from dpforge.accounting.rdp.formulas import (
     zhu_wang_subsampled_rdp,
 )
 from dpforge.accounting.rdp.lmo import noise_rdp
-from dpforge.errors import ParameterError, UnsupportedError
+from dpforge.errors import LimitError, ParameterError, UnsupportedError
 from dpforge.mechanisms.base import Gaussian, Laplace, Mechanism, PureDP
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.mechanisms.sampling import EffectiveMechanism, doubled
@@ -112,6 +112,29 @@ def _effective_rdp(mechanism: EffectiveMechanism, alpha: np.ndarray, lmo_bound: 
     )
 
 
+def _is_identity(mechanism: Mechanism) -> bool:
+    """Whether both neighbouring outputs have the same law (only PureDP(0) among the
+    mechanisms, also behind a sampling scheme)."""
+    if isinstance(mechanism, EffectiveMechanism):
+        return _is_identity(mechanism.mechanism)
+    return isinstance(mechanism, PureDP) and float(mechanism.epsilon) == 0.0
+
+
+def _require_above_floor(mechanism: Mechanism, alpha: np.ndarray, values: np.ndarray, label: str) -> None:
+    """A release that is not the identity has D_a > 0 at every order; a bound that is 0,
+    negative or subnormal there was lost to rounding (it would become epsilon = 0 in the
+    Bretagnolle-Huber step of the conversion), so it is refused rather than passed on."""
+    if _is_identity(mechanism):
+        return
+    lost = ~(values >= np.finfo(float).tiny)
+    if lost.any():
+        k = int(np.argmax(lost))
+        raise LimitError(
+            f"the rdp of {type(mechanism).__name__} at order {alpha[k]!r} is {values[k]!r}, below the "
+            f"floating-point floor, so it cannot be certified ({label})"
+        )
+
+
 def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_bound: str = "exact") -> RdpCurve:
     """RDP curve of one flattened component: ``count`` × the RDP of one (possibly
     subsampled) release.  Subsampled Gaussian: MTZ 2019 exact; any other subsampled
@@ -152,6 +175,7 @@ def rdp_of_component(component: Component, orders: object = DEFAULT_ORDERS, lmo_
             f"subsampled {base_label.split(':', 1)[0]}: upper bound (Zhu-Wang 2019 at integer orders, "
             f"at the next integer order elsewhere; or joint convexity); base {base_label}"
         )
+    _require_above_floor(mechanism, alpha, np.asarray(values, dtype=float), label)
     values = _monotone_envelope(alpha, np.asarray(values, dtype=float))
     values = count * np.maximum(values, 0.0)
     if np.isnan(values).any():  # pragma: no cover - defensive

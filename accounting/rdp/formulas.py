@@ -138,7 +138,9 @@ def randomized_response_rdp(epsilon: float, orders: object) -> np.ndarray:
     log_1mp = -np.logaddexp(0.0, eps)
     p, one_minus_p = math.exp(log_p), math.exp(log_1mp)
     xs = np.minimum(x, 1.0)
-    small = np.log1p(p * np.expm1(xs) + one_minus_p * np.expm1(-xs))
+    # p expm1(x) + (1-p) expm1(-x) = tanh(ε/2) x + p g(x) + (1-p) g(-x), g(x) = e^x - 1 - x:
+    # three non-negative terms, so tiny ε keeps its relative precision
+    small = np.log1p(math.tanh(eps / 2) * xs + p * _expm1_minus_x(xs) + one_minus_p * _expm1_minus_x(-xs))
     big = np.logaddexp(log_p + x, log_1mp - x)
     return np.maximum(np.where(x <= 1.0, small, big) / (alpha - 1), 0.0)
 

@@ -344,20 +344,36 @@ def lmo_rdp_mgf_bound(mechanism: LMO, orders, shift: float | None = None) -> np.
 
 
 def lmo_pure_cap(mechanism: LMO, orders, shift: float | None = None) -> np.ndarray:
-    """The randomised-response bound at eps0 = log f(0)/f(v): LMO is eps0-DP and RR(eps0)
+    """The randomised-response bound at eps0 = log f(0)/f(v) (plus its rounding allowance,
+    :data:`ROUNDING_ULPS`): LMO is eps0-DP and RR(eps0)
     dominates every eps0-DP pair (Kairouz, Oh, Viswanath 2015); see
     :func:`~dpforge.accounting.rdp.randomized_response_rdp`."""
     v = _shift(mechanism, shift)
-    eps0 = float(mechanism.logpdf(0.0) - mechanism.logpdf(v))
+    g_0, g_v = float(mechanism.logpdf(0.0)), float(mechanism.logpdf(v))
+    # eps0 is a difference of computed log densities: add its rounding allowance (the RR
+    # divergence increases with eps0), else at tiny shifts the cap falls below the truth
+    eps0 = g_0 - g_v + float(_allowance(np.array(g_0), np.array(g_v)))
     return randomized_response_rdp(eps0, require_orders(orders))
 
 
 def _scalar_rdp(mechanism: Laplace | LMO, orders: np.ndarray, shift: float, method: Method) -> np.ndarray:
+    return _scalar_rdp_routed(mechanism, orders, shift, method)[0]
+
+
+def _scalar_rdp_routed(
+    mechanism: Laplace | LMO, orders: np.ndarray, shift: float, method: Method
+) -> tuple[np.ndarray, str]:
+    """The scalar divergence at ``shift`` and a note on orders where the exact quadrature
+    fell back to the MGF/pure-DP bound ("" when none did)."""
     if isinstance(mechanism, Laplace):
-        return laplace_rdp_at_shift(shift / float(mechanism.scale), orders)
+        return laplace_rdp_at_shift(shift / float(mechanism.scale), orders), ""
     if method == "exact":
-        return lmo_rdp_exact(mechanism, orders, shift)
-    return np.minimum(lmo_rdp_mgf_bound(mechanism, orders, shift), lmo_pure_cap(mechanism, orders, shift))
+        values, fell_back = _lmo_rdp_exact_routed(mechanism, orders, shift)
+        count = int(fell_back.sum())
+        note = (f"; quadrature unresolved against rounding at {count} orders: min with the MGF/pure-DP bound there"
+                if count else "")
+        return values, note
+    return np.minimum(lmo_rdp_mgf_bound(mechanism, orders, shift), lmo_pure_cap(mechanism, orders, shift)), ""
 
 
 def _shape_ok(values: np.ndarray, concave: bool) -> np.ndarray:
@@ -386,20 +402,22 @@ def noise_rdp(mechanism: Laplace | LMO, orders, method: Method = "exact") -> tup
     )
     c, d = float(mechanism.sensitivity), int(mechanism.dimension)
     if d == 1:
-        return _scalar_rdp(mechanism, alpha, c, method), f"{family}: {how}"
+        values, fallback = _scalar_rdp_routed(mechanism, alpha, c, method)
+        return values, f"{family}: {how}{fallback}"
     if mechanism.norm == "l2":
         squares = np.linspace(0.0, c * c, SHAPE_CHECK_POINTS)
         grid = np.stack([_scalar_rdp(mechanism, alpha, math.sqrt(s), method) for s in squares[1:]], axis=1)
         grid = np.concatenate([np.zeros((alpha.size, 1)), grid], axis=1)
         ok = _shape_ok(grid, concave=True)
-        worst = d * _scalar_rdp(mechanism, alpha, c / math.sqrt(d), method)
+        worst, fallback = _scalar_rdp_routed(mechanism, alpha, c / math.sqrt(d), method)
+        worst = d * worst
         rule = f"vector guard l2: d={d}, worst shift C/sqrt(d) per coordinate, g(sqrt(s)) concave"
     else:
         shifts = np.linspace(0.0, c, SHAPE_CHECK_POINTS)
         grid = np.stack([_scalar_rdp(mechanism, alpha, v, method) for v in shifts[1:]], axis=1)
         grid = np.concatenate([np.zeros((alpha.size, 1)), grid], axis=1)
         ok = _shape_ok(grid, concave=False)
-        worst = _scalar_rdp(mechanism, alpha, c, method)
+        worst, fallback = _scalar_rdp_routed(mechanism, alpha, c, method)
         rule = f"vector guard l1: d={d}, g convex so the worst shift is one coordinate at C"
     if not ok.any():
         raise UnsupportedError(
@@ -409,4 +427,4 @@ def noise_rdp(mechanism: Laplace | LMO, orders, method: Method = "exact") -> tup
     values = np.where(ok, worst, np.inf)
     failed = int((~ok).sum())
     note = f"; shape check failed at {failed} orders (reported as inf)" if failed else "; shape checked numerically"
-    return values, f"{family}: {how}; {rule}{note}"
+    return values, f"{family}: {how}{fallback}; {rule}{note}"
