@@ -106,10 +106,11 @@ def _noise_scale(mechanism: LMO) -> float:
 
 
 def _series_table(alpha: np.ndarray) -> np.ndarray:
-    """Coefficients (a^n - a)/n!, n = 2.._SERIES_TERMS, one row per order."""
+    """Coefficients (1 - a^{1-n})/n!, n = 2.._SERIES_TERMS, one row per order: phi_a(L) is
+    sum_n (a^n - a) L^n / n! = sum_n (1 - a^{1-n}) (a L)^n / n! (bounded by 1/n!, no overflow)."""
     n = np.arange(2, _SERIES_TERMS + 1, dtype=float)
     log_factorial = np.cumsum(np.log(n))  # log n! for n = 2, 3, ...
-    return alpha[:, None] * np.expm1((n[None, :] - 1.0) * np.log(alpha)[:, None]) * np.exp(-log_factorial)[None, :]
+    return -np.expm1((1.0 - n[None, :]) * np.log(alpha)[:, None]) * np.exp(-log_factorial)[None, :]
 
 
 @numba.njit(cache=True)
@@ -117,11 +118,12 @@ def _log_phi_one(a: float, x: float, coefficients: np.ndarray) -> float:
     """log phi_a(x) for one order a (its row of :func:`_series_table`); see :func:`_log_phi`."""
     if x == 0.0:
         return -np.inf
-    if abs(a * x) <= _SERIES_REACH:
+    y = a * x
+    if abs(y) <= _SERIES_REACH:
         total = 0.0
         for k in range(coefficients.size - 1, -1, -1):
-            total = coefficients[k] + x * total
-        return math.log(total * x * x)
+            total = coefficients[k] + y * total
+        return math.log(total) + 2.0 * math.log(abs(y))
     beta = a - 1.0
     if x < 0:
         return math.log(math.exp(x) * math.expm1(beta * x) - beta * math.expm1(x))
@@ -144,8 +146,9 @@ def _log_phi(alpha: np.ndarray, ratio: np.ndarray) -> np.ndarray:
     L = 0), keeping relative precision for tiny L; one row per order in ``alpha``, one
     column per L in ``ratio``.
 
-    * a |L| <= 1/2: the series sum_{n>=2} (a^n - a) L^n / n! (Horner, _SERIES_TERMS terms),
-      whose leading term a (a-1) L^2 / 2 is never cancelled by more than a factor 2;
+    * a |L| <= 1/2: the series sum_{n>=2} (a^n - a) L^n / n! (Horner in y = a L,
+      _SERIES_TERMS terms), whose leading term a (a-1) L^2 / 2 is never cancelled by more
+      than a factor 2;
     * elsewhere: phi = e^L expm1((a-1) L) - (a-1) expm1(L) (no cancellation of order 1
       for a near 1; at most a factor 5 at a |L| = 1/2), for L > 0 as
       e^L (expm1((a-1) L) + (a-1) expm1(-L)) in log space, and as
