@@ -30,12 +30,12 @@ def _require_not_lost(alpha: np.ndarray, rho: np.ndarray) -> None:
     Bretagnolle-Huber step would turn it into epsilon = 0 for every delta."""
     if (rho < 0).any():
         k = int(np.argmin(rho))
-        raise ParameterError(f"rdp values must be >= 0, got {rho[k]!r} at order {alpha[k]!r}")
+        raise ParameterError(f"rdp values must be >= 0, got {float(rho[k])!r} at order {float(alpha[k])!r}")
     zero, positive = rho == 0, rho > 0
     if zero.any() and positive.any():
         raise ParameterError(
-            f"rdp values must be all 0 (equal laws) or all > 0: 0 at order {alpha[zero][0]!r} but "
-            f"{rho[positive][0]!r} at order {alpha[positive][0]!r} (a value lost to rounding?)"
+            f"rdp values must be all 0 (equal laws) or all > 0: 0 at order {float(alpha[zero][0])!r} but "
+            f"{float(rho[positive][0])!r} at order {float(alpha[positive][0])!r} (a value lost to rounding?)"
         )
 
 

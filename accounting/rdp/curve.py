@@ -130,7 +130,7 @@ def _require_above_floor(mechanism: Mechanism, alpha: np.ndarray, values: np.nda
     if lost.any():
         k = int(np.argmax(lost))
         raise LimitError(
-            f"the rdp of {type(mechanism).__name__} at order {alpha[k]!r} is {values[k]!r}, below the "
+            f"the rdp of {type(mechanism).__name__} at order {float(alpha[k])!r} is {float(values[k])!r}, below the "
             f"floating-point floor, so it cannot be certified ({label})"
         )
 
