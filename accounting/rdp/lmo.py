@@ -45,7 +45,12 @@ from typing import Literal
 import numba
 import numpy as np
 
-from dpforge.accounting.rdp.formulas import _expm1_minus_x, laplace_rdp, randomized_response_rdp, require_orders
+from dpforge.accounting.rdp.formulas import (
+    _expm1_minus_x,
+    laplace_rdp,
+    randomized_response_rdp,
+    require_orders,
+)
 from dpforge.errors import LimitError, ParameterError, UnsupportedError
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Laplace
@@ -168,8 +173,7 @@ def _log_sum_kernel(alpha: np.ndarray, log_weight: np.ndarray, ratio: np.ndarray
         top = -np.inf
         for j in range(ratio.size):
             terms[j] = log_weight[j] + _log_phi_one(alpha[i], ratio[j], table[i])
-            if terms[j] > top:
-                top = terms[j]
+            top = max(top, terms[j])
         if top == -np.inf or not math.isfinite(top):
             out[i] = top
             continue

@@ -16,7 +16,13 @@ import pytest
 
 from dpforge.accounting.rdp import epsilon_from_rdp, rdp_of_component
 from dpforge.accounting.rdp.formulas import randomized_response_rdp
-from dpforge.accounting.rdp.lmo import _log_phi, lmo_pure_cap, lmo_rdp_exact, lmo_rdp_mgf_bound, noise_rdp
+from dpforge.accounting.rdp.lmo import (
+    _log_phi,
+    lmo_pure_cap,
+    lmo_rdp_exact,
+    lmo_rdp_mgf_bound,
+    noise_rdp,
+)
 from dpforge.errors import LimitError, ParameterError
 from dpforge.mechanisms import LMO, Gaussian
 from dpforge.mechanisms.combinators import Component
