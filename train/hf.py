@@ -37,8 +37,9 @@ independently with rate q = per_device_train_batch_size * world_size / N (each r
 samples its own shard of the indices, so the union is one Poisson sample of the whole
 set), which is what the recorded ``PoissonSampled`` accounting assumes; empty batches
 are noise-only steps, never skipped.  ``sampling="shuffle"`` keeps the Trainer's
-fixed-size shuffled batches and records them at the same rate: common practice, but the
-Poisson accounting is then an approximation (said in the ledger's docs, not certified).
+fixed-size shuffled batches and records them at the same rate: common practice, but
+then the recorded Poisson accounting describes a different sampling scheme than the one
+run, and its epsilon is not certified for the run.
 
 What is *not* private: the training loss the Trainer logs, and evaluation on private
 data.  Gradient accumulation is refused (one private step is one optimizer step), and
