@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from scipy import optimize, stats
+from scipy import optimize, special
 
 from dpforge.accounting.api import DEFAULT_ENGINE, engine_names, get_engine
 from dpforge.accounting.prv.evaluate import FixedGridEvaluator
@@ -342,9 +342,10 @@ def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:
     """mu of a mu-GDP mechanism with delta(target_epsilon) = delta (Dong, Roth, Su 2022)."""
 
     def excess(mu: float) -> float:
+        # e^eps Phi(-eps/mu - mu/2) in log space: e^eps alone overflows past eps ~ 709
         return (
-            stats.norm.cdf(-target_epsilon / mu + mu / 2)
-            - math.exp(target_epsilon) * stats.norm.cdf(-target_epsilon / mu - mu / 2)
+            special.ndtr(-target_epsilon / mu + mu / 2)
+            - math.exp(target_epsilon + special.log_ndtr(-target_epsilon / mu - mu / 2))
             - delta
         )
 

@@ -97,3 +97,23 @@ def test_a_far_start_does_not_cost_noise():
     near = calibrate(make, 0.5, 1e-5, start=10.0)
     assert far.parameter == pytest.approx(near.parameter, rel=2e-3)
     assert 0.5 * (1 - 2e-3) <= epsilon(make(far.parameter), 1e-5).upper <= 0.5
+
+
+def test_gaussian_dp_start_survives_epsilon_past_float_exp():
+    """The mu-GDP starting point at eps = 1000 (e^eps overflows a float): finite, and
+    delta(mu) = delta there, checked in log space with mpmath."""
+    import mpmath as mp
+
+    from dpforge.accounting.calibrate import _gaussian_dp_mu
+
+    mu = _gaussian_dp_mu(1000.0, 1e-5)
+    eps, m = mp.mpf(1000), mp.mpf(mu)
+    exact = mp.ncdf(-eps / m + m / 2) - mp.exp(eps) * mp.ncdf(-eps / m - m / 2)
+    assert abs(float(exact) - 1e-5) < 1e-9
+
+
+def test_calibration_at_huge_epsilon_is_a_named_limit_not_an_overflow():
+    from dpforge.errors import DpforgeError
+
+    with pytest.raises(DpforgeError):
+        calibrate_noise_multiplier(0.01, 1000, 1000.0, 1e-5)
