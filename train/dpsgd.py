@@ -168,6 +168,11 @@ def clip_and_sum(
     The clip factor C_k / max(||g_ik||, C_k) makes each example contribute at most C_k in
     L2 norm to group k (equality up to rounding); norms are accumulated in float32 or
     better.  No noise is added.
+
+    An empty batch (leading dimension 0, which Poisson sampling draws with probability
+    (1 - q)^n) gives all-zero sums of each parameter's shape, dtype and device, norms of
+    shape [0, K] and centred counts 0: the sum over no examples, so the noisy step that
+    follows is noise only, exactly the mechanism the Poisson accounting analyses.
     """
     thresholds = _thresholds(thresholds, len(groups))
     names = [name for group in groups for name in group]
@@ -180,7 +185,9 @@ def clip_and_sum(
     for group, limit in zip(groups, thresholds):
         squared = torch.zeros(batch, device=first.device, dtype=acc)
         for name in group:
-            squared += per_sample_grads[name].reshape(batch, -1).to(acc).pow(2).sum(dim=1)
+            grad = per_sample_grads[name]
+            # explicit width: reshape(0, -1) is ambiguous for an empty batch
+            squared += grad.reshape(batch, math.prod(grad.shape[1:])).to(acc).pow(2).sum(dim=1)
         norm = squared.sqrt_()
         factor = limit / norm.clamp_min(limit)  # C / max(||g||, C)
         counts.append((norm <= limit).sum(dtype=acc) - 0.5 * batch)
@@ -392,7 +399,10 @@ class DPSGDNoiseStep:
     def privatize(self, per_sample_grads: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Noisy mean gradient per parameter name, (sum of clipped + noise) / expected batch size.
 
-        Records the step in the ledger, and updates the thresholds when adaptive.
+        Records the step in the ledger, and updates the thresholds when adaptive.  An empty
+        batch releases noise only; with adaptive clipping its centred count is 0 plus noise,
+        and the threshold update uses that noisy count like any other (post-processing of
+        the release; the count's sensitivity 1/2 does not depend on the batch size).
         """
         journal = self.ledger.journal
         # a resumed run re-doing journaled steps: keep what undoes a refused release

@@ -455,11 +455,10 @@ class DPTrainer(_PrivateTrainerMixin, transformers.Trainer):
         batch = _batch_size(inputs)
         device = self._trainable[0][1].device
         if batch == 0:
-            if self.privacy.adaptive is not None:
-                raise UnsupportedError("an empty Poisson batch with adaptive clipping is not supported yet; use a larger batch")
-            # one all-zero example contributes exactly 0 after clipping: the step is noise only
+            # an empty Poisson batch: the noise step sums no examples and releases noise only
+            # (with adaptive clipping, a noisy centred count of 0)
             loss = torch.zeros((), device=device)
-            per_sample = {name: torch.zeros((1, *p.shape), device=device, dtype=p.dtype) for name, p in self._trainable}
+            per_sample = {name: torch.zeros((0, *p.shape), device=device, dtype=p.dtype) for name, p in self._trainable}
         else:
             sync = model.no_sync if hasattr(model, "no_sync") else contextlib.nullcontext
             with sync(), warnings.catch_warnings():  # DDP must not average .grad: the noise step sums ranks once

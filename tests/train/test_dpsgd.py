@@ -244,6 +244,66 @@ def test_seeded_steps_reproduce_and_bad_input():
         DPSGDNoiseStep(model, noise_multiplier=1.0, sampling_rate=0.1, expected_batch_size=4, thresholds=1.0, strategy="x")
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_batch_clips_to_zero_sums(dtype):
+    model = _model().to(dtype)
+    empty = {name: torch.zeros(0, *p.shape, dtype=dtype) for name, p in model.named_parameters()}
+    groups = resolve_groups(list(empty), "per_layer")
+    clipped = clip_and_sum(empty, groups, [1.0, 2.0])
+    for name, p in model.named_parameters():
+        assert clipped.sums[name].shape == p.shape and clipped.sums[name].dtype == dtype
+        assert clipped.sums[name].device == p.device and not clipped.sums[name].any()
+    assert clipped.norms.shape == (0, 2) and clipped.centred_counts.tolist() == [0.0, 0.0]
+
+
+def _zero_example_and_two_straddling(model):
+    """One all-zero example (contributes 0 to the sums), and two examples whose norms are
+    below and above the threshold 1 (centred count (1 - 1/2) + (0 - 1/2) = 0)."""
+    zero = {n: torch.zeros(1, *p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
+    two = {n: torch.full((2, *p.shape), 0.0, dtype=torch.float64) for n, p in model.named_parameters()}
+    two["0.bias"][0, 0], two["0.bias"][1, 0] = 0.5, 5.0
+    return zero, two
+
+
+def test_empty_batch_step_is_noise_only_and_recorded():
+    model = _model().double()
+    empty = {n: torch.zeros(0, *p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
+    zero, _ = _zero_example_and_two_straddling(model)
+    released = []
+    for grads in (empty, zero):
+        ledger = Ledger()
+        step = DPSGDNoiseStep(
+            model, noise_multiplier=1.0, sampling_rate=0.01, expected_batch_size=8, thresholds=1.0,
+            ledger=ledger, generator=torch.Generator().manual_seed(5),
+        )
+        released.append(step.privatize(grads))
+        assert ledger.steps == 1 and ledger.entries[0].mechanism == step.mechanism
+    for name, p in model.named_parameters():
+        # the same noise as a step whose only example contributes 0, and not zero
+        assert released[0][name].shape == p.shape and released[0][name].dtype == torch.float64
+        assert torch.equal(released[0][name], released[1][name]) and released[0][name].any()
+
+
+def test_empty_batch_adaptive_update_uses_the_noisy_zero_count():
+    model = _model().double()
+    empty = {n: torch.zeros(0, *p.shape, dtype=torch.float64) for n, p in model.named_parameters()}
+    _, two = _zero_example_and_two_straddling(model)
+    adaptive = AdaptiveClipping(count_noise_std=4.0, target_quantile=0.3, learning_rate=0.5)
+    steps = []
+    for grads in (empty, two):
+        step = DPSGDNoiseStep(
+            model, noise_multiplier=1.0, sampling_rate=0.01, expected_batch_size=8, thresholds=1.0,
+            adaptive=adaptive, generator=torch.Generator().manual_seed(6),
+        )
+        step.privatize(grads)
+        steps.append(step)
+    # both centred counts are 0, and the count noise is drawn after the same number of gradient draws
+    assert steps[0].last_counts == steps[1].last_counts and steps[0].last_counts[0] != 0.0
+    count = steps[0].last_counts[0]
+    assert steps[0].thresholds == [pytest.approx(math.exp(-0.5 * (count / 8 + 0.5 - 0.3)), rel=1e-12)]
+    assert steps[0].ledger.steps == 1
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_step_matches_the_allocation():
     model = _model().cuda()

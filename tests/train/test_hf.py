@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 
 import pytest
@@ -16,7 +17,7 @@ from dpforge.budget.ledger import Ledger  # noqa: E402
 from dpforge.cli.main import main as dpforge_main  # noqa: E402
 from dpforge.errors import ParameterError, UnsupportedError  # noqa: E402
 from dpforge.mechanisms import Gaussian, Laplace  # noqa: E402
-from dpforge.train.dpsgd import DPSGDNoiseStep  # noqa: E402
+from dpforge.train.dpsgd import AdaptiveClipping, DPSGDNoiseStep  # noqa: E402
 from dpforge.train.hf import (  # noqa: E402
     LEDGER_FILE,
     PLAN_FILE,
@@ -163,6 +164,23 @@ def test_empty_poisson_batch_is_a_noise_only_step(tmp_path):
     # pure noise of std sigma * C / (q N) per coordinate
     assert grads.std().item() == pytest.approx(2.0 / 8.0, rel=0.25)
     assert not any(p.grad is not None for p in trainer.model.parameters() if not p.requires_grad)
+
+
+def test_empty_poisson_batch_with_adaptive_clipping_updates_from_the_noisy_count(tmp_path):
+    data = Tokens()
+    adaptive = AdaptiveClipping(count_noise_std=4.0, target_quantile=0.5, learning_rate=0.2)
+    trainer = DPTrainer(
+        model=select_parameters(tiny_bert(), "bitfit", keep=["classifier.weight"]),
+        args=arguments(tmp_path),
+        train_dataset=data,
+        privacy=PrivacyArguments(noise_multiplier=1.0, clip=1.0, adaptive=adaptive, seed=0),
+    )
+    trainer.training_step(trainer.model, trainer.get_train_dataloader().collate_fn([]))
+    step = trainer.noise_step
+    (count,) = step.last_counts
+    b = trainer.expected_batch_size
+    assert trainer.ledger.steps == 1
+    assert step.thresholds == [pytest.approx(math.exp(-0.2 * (count / b + 0.5 - 0.5)), rel=1e-12)]
 
 
 def test_poisson_sampler_shards_ranks_and_keeps_empty_batches():
