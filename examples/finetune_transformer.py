@@ -16,9 +16,14 @@ calibrate -> train with that noise -> ledger with every checkpoint -> ``dpforge 
 4. ``dpforge verify`` checks each plan against the budget; a non-private Trainer run on
    the same model and data gives the reference accuracy.
 
-Run ``python examples/finetune_transformer.py`` (a few minutes on 2 CPU cores; the
+Run ``python examples/finetune_transformer.py`` (about 4 minutes on 2 CPU cores; the
 same command uses a GPU when one is present).  ``--help`` lists the sizes; ``--tiny``
-is the setting the test suite uses.
+is the setting the test suite uses.  The defaults are sized for DP-SGD to learn at
+epsilon = 3 in that time: a small model (hidden 32, one layer, 16 tokens), many
+generated examples (60,000) and large Poisson batches (2,048, q = 0.034, 80 steps,
+under 3 epochs) -- at a fixed sampling rate and step count the noise multiplier is
+fixed, so the noise std sigma * C stays put while the summed gradient grows with the batch.  DP-ZO from random
+initialisation stays at chance in this budget (see the note it prints).
 """
 
 from __future__ import annotations
@@ -139,7 +144,9 @@ def run(options: argparse.Namespace) -> dict:
     train = SentimentTokens(options.train_size, options.length, seed=options.seed)
     test = SentimentTokens(options.test_size, options.length, seed=options.seed + 1)
     q = options.batch / len(train)
-    report: dict = {"device": str(device), "train_size": len(train), "sampling_rate": q}
+    chance = max(float(test.labels.float().mean()), 1.0 - float(test.labels.float().mean()))
+    report: dict = {"device": str(device), "train_size": len(train), "sampling_rate": q, "chance_accuracy": chance}
+    print(f"{len(train)} training sequences, expected batch {options.batch} (q = {q:.4f}); chance accuracy {chance:.3f}")
     codes = []
 
     if "nonprivate" in options.methods:
@@ -215,6 +222,13 @@ def run(options: argparse.Namespace) -> dict:
             f"DP-ZO (Gaussian scalar)  sigma {sigma:.3f}  steps {trainer.ledger.steps}  "
             f"accuracy {report['dpzo']['accuracy']:.3f}  certified epsilon <= {spent.upper:.3f}"
         )
+        if report["dpzo"]["accuracy"] < chance + 0.05:
+            trained = sum(p.numel() for p in model.parameters() if p.requires_grad)
+            print(
+                f"  DP-ZO stays at chance here: each step moves the {trained} trained coordinates along one random "
+                f"direction, so training from random initialisation needs on the order of {trained} times more steps "
+                "than DP-SGD; DP-ZO is meant for fine-tuning pretrained weights"
+            )
         codes.append(verify(os.path.join(folder, PLAN_FILE)))
     report["verify_exit_codes"] = codes
     return report
@@ -226,17 +240,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", default="nonprivate,dpsgd,dpzo", help="comma-separated: nonprivate, dpsgd, dpzo")
     parser.add_argument("--epsilon", type=float, default=3.0)
     parser.add_argument("--delta", type=float, default=1e-5)
-    parser.add_argument("--train-size", type=int, default=4000)
+    parser.add_argument("--train-size", type=int, default=60000)
     parser.add_argument("--test-size", type=int, default=1000)
-    parser.add_argument("--length", type=int, default=24, help="tokens per sequence")
+    parser.add_argument("--length", type=int, default=16, help="tokens per sequence")
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=256, help="expected (Poisson) batch size")
-    parser.add_argument("--sgd-steps", type=int, default=200)
-    parser.add_argument("--sgd-lr", type=float, default=5e-3)
+    parser.add_argument("--batch", type=int, default=2048, help="expected (Poisson) batch size")
+    parser.add_argument("--sgd-steps", type=int, default=80)
+    parser.add_argument("--sgd-lr", type=float, default=1e-2)
     parser.add_argument("--clips", default="0.3,0.02,1.0", help="DP-SGD clip of the embeddings, encoder and head groups")
-    parser.add_argument("--zo-steps", type=int, default=400)
+    parser.add_argument("--zo-steps", type=int, default=200)
     parser.add_argument("--zo-lr", type=float, default=1e-4)
     parser.add_argument("--zo-clip", type=float, default=0.1, help="clip of each DP-ZO loss difference")
     parser.add_argument("--seed", type=int, default=0)
