@@ -58,6 +58,14 @@ from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
 from dpforge.mechanisms.lmo import LMO
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
+from dpforge.budget.phase_sampling import (
+    PHASE_SAMPLING_KEYS,
+    check_one_relation,
+    check_phase_sampling,
+    phase_description,
+    plan_description,
+    sampling_keys,
+)
 
 __all__ = [
     "NOISE_KINDS",
@@ -83,7 +91,7 @@ _LMO_FIELDS = tuple(name for name in LMO.__dataclass_fields__ if name != "sensit
 
 _TOP_LEVEL_KEYS = ("delta", "budget", "phases")
 _BUDGET_KEYS = ("epsilon",)
-_PHASE_COMMON_KEYS = ("name", "noise", "sampling_rate", "steps", "sensitivity")
+_PHASE_COMMON_KEYS = ("name", "noise", "sampling_rate", "steps", "sensitivity", *PHASE_SAMPLING_KEYS)
 _DEFAULT_SOURCE = "<string>"
 
 
@@ -206,6 +214,13 @@ class Phase:
     sensitivity: float = 1.0
     name: str | None = None
     shape: tuple[tuple[str, Any], ...] = ()
+    #: the sampling scheme ("poisson", "without-replacement", "shuffled"), its batch and
+    #: dataset sizes (fixed-size schemes: the rate is batch_size/dataset_size), and the
+    #: neighbouring relation (one per plan); see :mod:`dpforge.budget.phase_sampling`
+    sampling_scheme: str = "poisson"
+    batch_size: int | None = None
+    dataset_size: int | None = None
+    relation: str = "add-remove"
 
     def __post_init__(self) -> None:
         noise = _noise("noise", self.noise)
@@ -224,6 +239,15 @@ class Phase:
         if shape and noise != "lmo":
             raise PlanError("shape", f"only an lmo phase has a shape, not a {noise} phase")
         object.__setattr__(self, "shape", shape)
+        try:
+            checked = check_phase_sampling(
+                self.sampling_scheme, self.batch_size, self.dataset_size, self.relation, self.sampling_rate, self.steps
+            )
+        except InputFileError as error:
+            field, _, problem = str(error).partition(": ")
+            raise PlanError(field, problem) from None
+        for key, value in checked.items():
+            object.__setattr__(self, key, value)
         self.mechanism()  # every field is checked by the mechanism itself
 
     @classmethod
@@ -261,6 +285,10 @@ class Phase:
     def description(self) -> Composed:
         """``steps`` compositions of the (Poisson-subsampled when the rate is < 1) mechanism."""
         mechanism = self.mechanism()
+        if self.sampling_scheme != "poisson" or self.relation != "add-remove":
+            return phase_description(
+                mechanism, self.sampling_scheme, self.sampling_rate, self.steps, self.batch_size, self.dataset_size, self.relation
+            )
         step = PoissonSampled(mechanism, self.sampling_rate) if self.sampling_rate < 1.0 else mechanism
         return Composed([(step, self.steps)])
 
@@ -288,6 +316,11 @@ class Plan:
             if not isinstance(phase, Phase):
                 raise PlanError(f"phases[{index}]", f"must be a Phase, got {type(phase).__name__}")
         object.__setattr__(self, "phases", phases)
+        try:
+            check_one_relation([phase.relation for phase in phases])
+        except InputFileError as error:
+            field, _, problem = str(error).partition(": ")
+            raise PlanError(field, problem) from None
         if self.budget_epsilon is not None:
             object.__setattr__(self, "budget_epsilon", _non_negative("budget.epsilon", self.budget_epsilon))
 
@@ -296,8 +329,8 @@ class Plan:
         count = len(self.phases) if upto is None else upto
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= len(self.phases):
             raise ParameterError(f"upto must be an integer in [1, {len(self.phases)}], got {upto!r}")
-        parts = [part for phase in self.phases[:count] for part in phase.description().parts]
-        return Composed(parts)
+        phases = self.phases[:count]
+        return plan_description([phase.description() for phase in phases], [phase.relation for phase in phases])
 
 
 # --------------------------------------------------------------------------- parsing
@@ -364,6 +397,7 @@ def _parse_phase(index: int, table: Any) -> Phase:
             sensitivity=table.get("sensitivity", 1.0),
             name=table.get("name"),
             shape=shape,
+            **sampling_keys(table),
         )
     except PlanError as error:
         raise error.at(where) from None

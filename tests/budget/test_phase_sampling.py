@@ -45,3 +45,52 @@ def test_descriptions():
     assert both == WithRelation(Composed([(PoissonSampled(g, 0.1), 5), (g, 2)]))
     with pytest.raises(InputFileError, match=r"^phases\[1\]\.relation: .*one per run"):
         check_one_relation(["add-remove", "replace-one"])
+
+
+PLAN = """
+delta = 1e-5
+[[phases]]
+noise = "gaussian"
+noise_multiplier = 1.0
+sampling_scheme = "without-replacement"
+batch_size = 100
+dataset_size = 10000
+steps = 50
+relation = "replace-one"
+[[phases]]
+noise = "gaussian"
+noise_multiplier = 2.0
+sampling_rate = 0.01
+steps = 10
+relation = "replace-one"
+"""
+
+
+def test_plan_phases_with_sampling_keys():
+    from dpforge.budget.plan import parse_plan
+
+    plan = parse_plan(PLAN)
+    assert plan.phases[0].sampling_rate == 0.01 and plan.phases[0].sampling_scheme == "without-replacement"
+    assert plan.description() == WithRelation(
+        Composed([(SampledWithoutReplacement(Gaussian(1.0), 100, 10000), 50), (PoissonSampled(Gaussian(2.0), 0.01), 10)])
+    )
+    assert plan.description(upto=1) == WithRelation(Composed([(SampledWithoutReplacement(Gaussian(1.0), 100, 10000), 50)]))
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (('relation = "replace-one"\n[[phases]]', '[[phases]]'), r"phases\[1\]\.relation: every phase must state the same relation"),
+        (("batch_size = 100", "batch_size = 100.5"), r"phases\[0\]\.batch_size: must be an integer"),
+        (('sampling_scheme = "without-replacement"', 'sampling_scheme = "fixed"'), r"phases\[0\]\.sampling_scheme"),
+        (("steps = 10\n", "steps = 10\nbatch_size = 3\n"), r"phases\[1\]\.batch_size: only for a fixed-size phase"),
+        (("dataset_size = 10000", "dataset_size = 10000\nsampling_rate = 0.5"), r"phases\[0\]\.sampling_rate"),
+    ],
+)
+def test_plan_sampling_errors(change, message):
+    from dpforge.budget.plan import PlanError, parse_plan
+
+    old, new = change
+    assert old in PLAN
+    with pytest.raises(PlanError, match=message):
+        parse_plan(PLAN.replace(old, new, 1))
