@@ -252,6 +252,10 @@ def refine(
     ``fixed``: evaluate at ``step`` exactly (no staging, no refinement; tilting still
     applies), as a caller that passes its own grid step asks.
     """
+    if not fixed:
+        # a step finer than one direct grid can hold would force staging from the start,
+        # whose coarse final grid is looser than the finest direct grid: start there
+        step = max(step, _direct_grid(components, 1.0, tail) / _DIRECT_LIMIT)
     staged = not fixed and math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail)
     upper_step = None
     if staged:

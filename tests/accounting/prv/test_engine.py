@@ -126,3 +126,20 @@ def test_split_chains_bracket_a_fine_pld_upper_bound():
     assert result.lower <= peer_upper
     assert result.accuracy["reached"]
     assert result.upper <= peer_upper * (1 + 1e-3)
+
+
+def test_asking_for_more_accuracy_never_returns_a_wider_bracket():
+    """A requested accuracy finer than one direct grid can reach used to force staging
+    from the start, whose coarse final grid gave [3.290, 4.042] at delta=1e-12 for
+    relative_accuracy=1e-7, 650 times wider than the default request's bracket."""
+    import warnings
+
+    from dpforge.errors import DpforgeAccuracyWarning
+
+    description = Composed([(PoissonSampled(Gaussian(1.1), 0.004), 10_000)])
+    default = epsilon(description, 1e-12)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        finer = epsilon(description, 1e-12, relative_accuracy=1e-7)
+    assert finer.upper - finer.lower <= default.upper - default.lower
+    assert max(finer.lower, default.lower) <= min(finer.upper, default.upper)
