@@ -178,10 +178,15 @@ def existing_folder(flag: str, path: str | os.PathLike[str]) -> str:
 #: sets each one's parameter.  Pure-DP and LMO steps are accounted from a plan file or
 #: ``--lmo FILE`` (``--epsilon`` is the ``delta`` command's own flag).
 NOISE_FLAGS: dict[str, str] = {"gaussian": "noise_multiplier", "laplace": "scale"}
+#: The relation and fixed-size sampling flags (``--relation``, ``--sampling-scheme``,
+#: ``--batch-size``, ``--dataset-size``); read by :func:`phase`.
+SAMPLING_SCHEME_FLAGS = ("relation", "sampling_scheme", "batch_size", "dataset_size")
+#: the schemes ``--sampling-scheme`` takes (a shuffled run is accounted from a plan file)
+CLI_SAMPLING_SCHEMES = ("poisson", "without-replacement")
 #: Flags that describe a mechanism; none may be combined with ``--plan``.
-MECHANISM_FLAGS = ("noise", "noise_multiplier", "scale", "sensitivity", "sampling_rate", "steps")
+MECHANISM_FLAGS = ("noise", "noise_multiplier", "scale", "sensitivity", "sampling_rate", "steps", *SAMPLING_SCHEME_FLAGS)
 #: Flags that describe another mechanism than an ``--lmo`` file.
-_NOT_WITH_LMO = ("noise", "noise_multiplier", "scale", "sensitivity", "plan")
+_NOT_WITH_LMO = ("noise", "noise_multiplier", "scale", "sensitivity", "plan", *SAMPLING_SCHEME_FLAGS)
 
 
 def phase(args: argparse.Namespace) -> Phase:
@@ -201,13 +206,37 @@ def phase(args: argparse.Namespace) -> Phase:
         raise CliError(f"{flag} is required (a number > 0 for --noise {noise})")
     values = {
         "parameter": number(flag, text, POSITIVE),
-        "sampling_rate": sampling_rate(args.sampling_rate),
+        **_sampling_scheme_values(args),
         "steps": steps(args.steps),
         "sensitivity": sensitivity(args.sensitivity),
+        "relation": getattr(args, "relation", None) or "add-remove",
     }
     from dpforge.budget.plan import Phase
 
     return Phase(noise=noise, **values)
+
+
+def _sampling_scheme_values(args: argparse.Namespace) -> dict[str, Any]:
+    """``sampling_rate`` (``--sampling-rate``, Poisson), or the fixed-size scheme's
+    ``sampling_scheme``, ``batch_size`` and ``dataset_size`` (the rate is then B/N and
+    ``--sampling-rate`` is refused beside them)."""
+    scheme = getattr(args, "sampling_scheme", None) or "poisson"
+    if scheme == "poisson":
+        given = [flag_name(dest) for dest in ("batch_size", "dataset_size") if getattr(args, dest, None) is not None]
+        if given:
+            raise CliError(f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} only to --sampling-scheme without-replacement")
+        return {"sampling_rate": sampling_rate(args.sampling_rate)}
+    if args.sampling_rate is not None:
+        raise CliError(
+            f"--sampling-rate cannot be combined with --sampling-scheme {scheme} (the rate is --batch-size/--dataset-size)"
+        )
+    for dest in ("batch_size", "dataset_size"):
+        if getattr(args, dest, None) is None:
+            raise CliError(f"{flag_name(dest)} is required with --sampling-scheme {scheme} (an integer >= 1)")
+    batch, size = integer("--batch-size", args.batch_size, 1), integer("--dataset-size", args.dataset_size, 1)
+    if batch > size:
+        raise CliError(f"--batch-size must be at most --dataset-size ({size}), got {batch}")
+    return {"sampling_scheme": scheme, "batch_size": batch, "dataset_size": size}
 
 
 def load_plan_flag(args: argparse.Namespace) -> Plan:
@@ -238,6 +267,8 @@ def mechanism_description(args: argparse.Namespace) -> tuple[Description, dict[s
         "steps": one.steps,
         "workload_source": "flags",
     }
+    if one.sampling_scheme != "poisson":  # the relation and scheme are the result's own rows
+        summary.update(batch_size=one.batch_size, dataset_size=one.dataset_size)
     return one.description(), summary, None
 
 
@@ -463,6 +494,15 @@ def add_mechanism_flags(parser: argparse.ArgumentParser) -> None:
     add_workload_flags(parser, from_lmo_file=True)
     parser.add_argument("--noise-multiplier", metavar="SIGMA", help="gaussian noise std / L2 sensitivity, > 0")
     parser.add_argument("--scale", metavar="B", help="laplace scale b, > 0")
+    parser.add_argument(
+        "--relation", choices=("add-remove", "replace-one"), help="neighbouring relation (default add-remove)"
+    )
+    parser.add_argument(
+        "--sampling-scheme", choices=CLI_SAMPLING_SCHEMES,
+        help="poisson (default, --sampling-rate) or without-replacement (fixed-size batches: --batch-size, --dataset-size)",
+    )
+    parser.add_argument("--batch-size", metavar="B", help="without-replacement: batch size, an integer >= 1")
+    parser.add_argument("--dataset-size", metavar="N", help="without-replacement: dataset size, an integer >= B")
     parser.add_argument("--plan", metavar="FILE", help="account a TOML plan file instead of mechanism flags")
     parser.add_argument("--lmo", metavar="FILE", help="account a saved LMO mechanism (JSON, see dpforge lmo search --out)")
 

@@ -136,15 +136,13 @@ def validate(data: Any) -> list[str]:
 
 
 def description_to_list(description: Description) -> list[dict[str, Any]]:
-    """The schema's ``mechanism``: each flattened component as the one mechanism
-    serialisation plus its ``sampling_rate`` and ``steps``."""
-    from dpforge.mechanisms.combinators import flatten
-    from dpforge.mechanisms.serialize import mechanism_to_dict
+    """The schema's ``mechanism``: each component as the one mechanism serialisation
+    plus its ``sampling_rate`` and ``steps`` (and, for fixed-size or shuffled batches,
+    ``sampling_scheme``, ``batch_size``, ``dataset_size``), equal components merged
+    (:func:`dpforge.mechanisms.description_io.description_components`)."""
+    from dpforge.mechanisms.description_io import description_components
 
-    return [
-        {**mechanism_to_dict(part.mechanism), "sampling_rate": part.sampling_rate, "steps": part.count}
-        for part in flatten(description)
-    ]
+    return description_components(description)
 
 
 def command_object(command: str, result: dict[str, Any], description: Description | None = None, **extra: Any) -> dict[str, Any]:

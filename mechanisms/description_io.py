@@ -110,3 +110,48 @@ def description_from_dict(data: Any) -> Description:
     except DpforgeError as error:
         raise InputFileError(str(error)) from None
     raise InputFileError("a description needs one of the keys mechanism, sampling, composed, relation")
+
+
+def description_components(description: Description) -> list[dict[str, Any]]:
+    """The components of ``description`` as flat records for result files (the CLI's
+    ``mechanism`` list): the mechanism's serialisation, ``sampling_rate`` and ``steps``,
+    plus ``sampling_scheme``, ``batch_size`` and ``dataset_size`` for fixed-size and
+    shuffled steps (a shuffled epoch counts ceil(n/B) steps).  Equal components merge,
+    in order of first use; the relation is the result's own field, not repeated here.
+    Unlike :func:`~dpforge.mechanisms.combinators.flatten`, mechanisms are written as
+    described (not as the pairs the engines account)."""
+    from dpforge.mechanisms.sampling import unwrap
+
+    merged: dict[tuple, int] = {}
+    records: dict[tuple, dict[str, Any]] = {}
+
+    def visit(node: Any, times: int) -> None:
+        if isinstance(node, Composed):
+            for part, count in node.parts:
+                visit(part, times * count)
+            return
+        if isinstance(node, PoissonSampled):
+            mechanism, rate = node.base()
+            record, steps = {**mechanism_to_dict(mechanism), "sampling_rate": rate}, times
+        elif isinstance(node, (SampledWithoutReplacement, Shuffled)):
+            shuffled = isinstance(node, Shuffled)
+            record = {
+                **mechanism_to_dict(node.mechanism),
+                "sampling_rate": node.sampling_rate,
+                "sampling_scheme": "shuffled" if shuffled else "without-replacement",
+                "batch_size": node.batch_size,
+                "dataset_size": node.dataset_size,
+            }
+            steps = times * (node.steps if shuffled else 1)
+        elif isinstance(node, Mechanism):
+            record, steps = {**mechanism_to_dict(node), "sampling_rate": 1.0}, times
+        else:
+            raise InputFileError(f"a {type(node).__name__} cannot be written as a component")
+        key = tuple(sorted((name, tuple(value) if isinstance(value, list) else value) for name, value in record.items()))
+        if key not in merged:
+            merged[key] = 0
+            records[key] = record
+        merged[key] += steps
+
+    visit(unwrap(description)[0], 1)
+    return [{**records[key], "steps": count} for key, count in merged.items()]
