@@ -94,3 +94,15 @@ def test_plan_sampling_errors(change, message):
     assert old in PLAN
     with pytest.raises(PlanError, match=message):
         parse_plan(PLAN.replace(old, new, 1))
+
+
+def test_verify_takes_lower_bounds_from_realised_pairs():
+    from dpforge.accounting import epsilon
+    from dpforge.budget.plan import parse_plan
+    from dpforge.budget.verify import verify_plan
+
+    plan = parse_plan(PLAN)
+    report = verify_plan(plan)
+    direct = epsilon(plan.description(), plan.delta)
+    assert report.epsilon_lower == pytest.approx(direct.lower, rel=1e-6)
+    assert report.epsilon_lower < report.accuracy["pair_lower"] <= report.epsilon_upper
