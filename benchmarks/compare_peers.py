@@ -511,16 +511,16 @@ TOOLS: dict[str, Tool] = {
         Tool("dpforge", "dpforge.accounting", "dpforge", dpforge_epsilon, dpforge_calibrate,
              epsilon_at=dpforge_upper_at, warmup=dpforge_warmup),
         Tool("prv-accountant", "prv_accountant", "prv-accountant", prv_epsilon, prv_calibrate,
-             slow=frozenset({"S1", "S2"})),
+             slow=frozenset({"S1", "S2", "S3"})),
         Tool("dp-acc PLD", "dp_accounting", "dp-accounting", pld_epsilon, pld_calibrate,
-             epsilon_at=pld_epsilon_at, slow=frozenset({"S2"})),
+             epsilon_at=pld_epsilon_at, slow=frozenset({"S2", "S3"})),
         Tool("dp-acc RDP", "dp_accounting", "dp-accounting", rdp_epsilon, rdp_calibrate,
-             epsilon_at=rdp_epsilon_at, slow=frozenset({"S2"})),
+             epsilon_at=rdp_epsilon_at, slow=frozenset({"S2", "S3"})),
         Tool("opacus RDP", "opacus.accountants", "opacus", opacus_rdp_epsilon, opacus_rdp_calibrate,
-             epsilon_at=opacus_rdp_epsilon_at, slow=frozenset({"S2"})),
+             epsilon_at=opacus_rdp_epsilon_at, slow=frozenset({"S2", "S3"})),
         Tool("opacus PRV", "opacus.accountants", "opacus", opacus_prv_epsilon, opacus_prv_calibrate,
-             epsilon_at=opacus_prv_epsilon_at, slow=frozenset({"S1", "S2"})),
-        Tool("autodp", "autodp.transformer_zoo", "autodp", autodp_epsilon, autodp_calibrate, slow=frozenset({"S1", "S2"})),
+             epsilon_at=opacus_prv_epsilon_at, slow=frozenset({"S1", "S2", "S3"})),
+        Tool("autodp", "autodp.transformer_zoo", "autodp", autodp_epsilon, autodp_calibrate, slow=frozenset({"S1", "S2", "S3"})),
     )
 }
 
@@ -732,6 +732,9 @@ def run_benchmarks(workloads: list[Workload], args: argparse.Namespace) -> list[
                 continue
             if args.quick and workload.name in tool.slow:
                 row.append(Measurement(workload.name, key, "skipped", note="slow peer, skipped under --quick"))
+                continue
+            if key in args.skip:
+                row.append(Measurement(workload.name, key, "skipped", note="skipped (--skip)"))
                 continue
             print(f"[run] {workload.name:<3} {key:<15} x{repeats}", file=sys.stderr, flush=True)
             if workload.heavy:
@@ -949,7 +952,9 @@ def write_json(path: Path, workloads: list[Workload], results: list[Measurement]
         "table": table,
     }
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_json_safe(payload), indent=2) + "\n")
+    from dpforge.files import atomic_write_text
+
+    atomic_write_text(path, json.dumps(_json_safe(payload), indent=2) + "\n")
 
 
 # --------------------------------------------------------------------------------------
@@ -964,6 +969,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--scale-repeats", type=int, default=1,
                         help="cap on repeats for the scale workloads S1/S2 (default 1; they take minutes)")
     parser.add_argument("--quick", action="store_true", help="repeats=1 and skip the slowest peers")
+    parser.add_argument(
+        "--skip",
+        type=lambda text: frozenset(part.strip() for part in text.split(",") if part.strip()),
+        default=frozenset(),
+        help="comma-separated tools not to run, e.g. 'dp-acc PLD,prv-accountant' (their rows say skipped)",
+    )
     parser.add_argument("--only", default=None, help="comma-separated workloads, e.g. W1,W2,C1 (default: all)")
     parser.add_argument("--timeout", type=float, default=300.0,
                         help="per-call timeout in seconds for S1/S2 (run in a child process)")
@@ -979,6 +990,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if unknown:
             parser.error(f"unknown workload(s) {', '.join(unknown)}; choose from {', '.join(WORKLOADS)}")
         args.only = names
+    unknown_tools = sorted(args.skip - set(TOOLS))
+    if unknown_tools:
+        parser.error(f"unknown tool(s) {', '.join(unknown_tools)}; choose from {', '.join(TOOLS)}")
     return args
 
 

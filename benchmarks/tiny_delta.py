@@ -113,8 +113,10 @@ def main() -> int:
             f"{row['time_vs_1e-5']:.2f}× | {row['pld_epsilon']:.6f} | {row['dpforge_over_pld']:.3f}× |"
         )
     if args.json_out:
-        Path(args.json_out).write_text(
-            json.dumps({"machine": _machine_info(), "repeats": args.repeats, "rows": rows}, indent=2) + "\n", encoding="utf-8"
+        from dpforge.files import atomic_write_text
+
+        atomic_write_text(
+            args.json_out, json.dumps({"machine": _machine_info(), "repeats": args.repeats, "rows": rows}, indent=2) + "\n"
         )
     return 0
 

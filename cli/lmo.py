@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from dpforge.cli import flags
@@ -82,7 +81,9 @@ def _command_search(args: argparse.Namespace) -> int:
             executor.shutdown(wait=True, cancel_futures=True)
     if out is not None:
         try:
-            Path(out).write_text(result.to_json(indent=2) + "\n", encoding="utf-8")
+            from dpforge.files import atomic_write_text
+
+            atomic_write_text(out, result.to_json(indent=2) + "\n")
         except OSError as error:
             raise flags.CliError(f"cannot write --out {out}: {error.strerror or error}") from None
     if args.json:
