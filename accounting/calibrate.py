@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from scipy import optimize, special
 
+from dpforge.accounting import api
 from dpforge.accounting.api import DEFAULT_ENGINE, engine_names, get_engine
 from dpforge.accounting.prv.evaluate import FixedGridEvaluator
 from dpforge.accounting.results import CalibrationResult
@@ -51,7 +52,8 @@ class _EngineEvaluator:
     def __init__(self, make_description, delta: float, engine: str, options: dict[str, Any]) -> None:
         self.make_description = make_description
         self.delta = delta
-        self.engine = get_engine(engine)
+        get_engine(engine)  # an unknown name fails here, before any search
+        self.engine_name = engine
         self.options = options
         self.evaluations = 0
         self.cache: dict[float, float] = {}
@@ -64,7 +66,10 @@ class _EngineEvaluator:
             except ValueError as error:
                 kind = type(error) if isinstance(error, DpforgeError) else ParameterError
                 raise kind(f"make_description({parameter:g}) failed: {error}") from None
-            result = self.engine.epsilon(description, self.delta, **self.options)
+            # through the api: for a step whose certified pair is not realised by datasets
+            # (fixed-size batches, replace-one non-Gaussian) it takes ``lower`` from pairs
+            # that are, so the reported lower stays a lower bound on the run's epsilon
+            result = api.epsilon(description, self.delta, engine=self.engine_name, **self.options)
             self.cache[parameter] = result.upper
             self.lowers[parameter] = result.lower
             self.evaluations += 1
@@ -309,15 +314,13 @@ def _as_verified(result: CalibrationResult, make_description, high_limit: float)
     :class:`~dpforge.errors.DpforgeAccuracyWarning` saying that ``epsilon()`` and verify
     will report more.
     """
-    from dpforge.accounting.prv.engine import epsilon as prv_epsilon
-
     parameter, evaluations = result.parameter, result.evaluations
     check = None
     for _ in range(_VERIFY_TRIES):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-                check = prv_epsilon(make_description(parameter), result.delta)
+                check = api.epsilon(make_description(parameter), result.delta, engine="prv")
         except LimitError:
             break
         evaluations += 1

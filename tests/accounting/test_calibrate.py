@@ -117,3 +117,21 @@ def test_calibration_at_huge_epsilon_is_a_named_limit_not_an_overflow():
 
     with pytest.raises(DpforgeError):
         calibrate_noise_multiplier(0.01, 1000, 1000.0, 1e-5)
+
+
+def test_calibration_over_fixed_size_batches_reports_the_realised_lower_bound():
+    """The certified pair of a fixed-size batch is not realised by datasets, so its own
+    lower end is no lower bound on the run's epsilon; calibration reports the same lower
+    bound as epsilon() at the answer (from realised pairs), strictly below that pair's."""
+    from dpforge.accounting import calibrate, epsilon
+    from dpforge.mechanisms import Composed, Gaussian
+    from dpforge.mechanisms.sampling import SampledWithoutReplacement
+
+    def make(sigma):
+        return Composed([(SampledWithoutReplacement(Gaussian(sigma), 256, 60_000), 500)])
+
+    found = calibrate(make, 2.0, 1e-5)
+    check = epsilon(make(found.parameter), 1e-5)
+    assert found.epsilon <= 2.0
+    assert found.lower == check.lower
+    assert found.lower < check.accuracy["pair_lower"]
