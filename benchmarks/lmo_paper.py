@@ -263,8 +263,9 @@ def one_target(target: float, previous: dict, fresh: bool) -> dict:
             "orders_le_256": {
                 "epsilon_exact_quadrature": check["exact"].upper,
                 "epsilon_mgf": check["mgf"].upper,
-                # the quadrature loses g(C/sqrt d) ~ 1e-12 to rounding at this shift and can report
-                # far less than the divergence (even 0): NOT used; the MGF bound is closed-form
+                # a regression check: before the quadrature was made cancellation-free it lost
+                # g(C/sqrt d) ~ 1e-12 to rounding at this shift and reported 0; the calibration
+                # uses the closed-form MGF bound either way
                 "exact_quadrature_lost_to_rounding": bool(check["exact"].upper < 0.5 * check["mgf"].upper),
             },
             "engine": "rdp: vector guard (L2), joint-convexity MGF bound capped by pure DP, Zhu-Wang 2019",
