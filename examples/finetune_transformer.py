@@ -20,7 +20,7 @@ Run ``python examples/finetune_transformer.py`` (about 4 minutes on 2 CPU cores;
 same command uses a GPU when one is present).  ``--help`` lists the sizes; ``--tiny``
 is the setting the test suite uses.  The defaults are sized for DP-SGD to learn at
 epsilon = 3 in that time: a small model (hidden 32, one layer, 16 tokens), many
-generated examples (60,000) and large Poisson batches (2,048, q = 0.034, 80 steps,
+generated examples (120,000) and large Poisson batches (4,096, q = 0.034, 80 steps,
 under 3 epochs) -- at a fixed sampling rate and step count the noise multiplier is
 fixed, so the noise std sigma * C stays put while the summed gradient grows with the batch.  DP-ZO from random
 initialisation stays at chance in this budget (see the note it prints).
@@ -240,17 +240,17 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--methods", default="nonprivate,dpsgd,dpzo", help="comma-separated: nonprivate, dpsgd, dpzo")
     parser.add_argument("--epsilon", type=float, default=3.0)
     parser.add_argument("--delta", type=float, default=1e-5)
-    parser.add_argument("--train-size", type=int, default=60000)
+    parser.add_argument("--train-size", type=int, default=120000)
     parser.add_argument("--test-size", type=int, default=1000)
     parser.add_argument("--length", type=int, default=16, help="tokens per sequence")
     parser.add_argument("--hidden", type=int, default=32)
     parser.add_argument("--layers", type=int, default=1)
     parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--batch", type=int, default=2048, help="expected (Poisson) batch size")
+    parser.add_argument("--batch", type=int, default=4096, help="expected (Poisson) batch size")
     parser.add_argument("--sgd-steps", type=int, default=80)
-    parser.add_argument("--sgd-lr", type=float, default=1e-2)
+    parser.add_argument("--sgd-lr", type=float, default=5e-3)
     parser.add_argument("--clips", default="0.3,0.02,1.0", help="DP-SGD clip of the embeddings, encoder and head groups")
-    parser.add_argument("--zo-steps", type=int, default=200)
+    parser.add_argument("--zo-steps", type=int, default=100)
     parser.add_argument("--zo-lr", type=float, default=1e-4)
     parser.add_argument("--zo-clip", type=float, default=0.1, help="clip of each DP-ZO loss difference")
     parser.add_argument("--seed", type=int, default=0)
