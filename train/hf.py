@@ -36,10 +36,10 @@ Sampling.  With ``sampling="poisson"`` (default) every global step draws each ex
 independently with rate q = per_device_train_batch_size * world_size / N (each rank
 samples its own shard of the indices, so the union is one Poisson sample of the whole
 set), which is what the recorded ``PoissonSampled`` accounting assumes; empty batches
-are noise-only steps, never skipped.  ``sampling="shuffle"`` keeps the Trainer's
-fixed-size shuffled batches and records them at the same rate: common practice, but
-then the recorded Poisson accounting describes a different sampling scheme than the one
-run, and its epsilon is not certified for the run.
+are noise-only steps, never skipped.  ``sampling="shuffle"`` (the Trainer's fixed-size
+shuffled batches) is refused: the ledger records Poisson steps, and a Poisson epsilon is
+no upper bound for shuffled fixed-size batches, which can be markedly less private
+(Chua et al. 2024); :mod:`dpforge.accounting.shuffled` certifies only a lower bound.
 
 What is *not* private: the training loss the Trainer logs, and evaluation on private
 data.  Gradient accumulation is refused (one private step is one optimizer step), and
@@ -91,7 +91,20 @@ __all__ = [
 LEDGER_FILE = "dpforge_ledger.json"
 PLAN_FILE = "dpforge_plan.toml"
 ZO_HISTORY_FILE = "dpforge_zo_history.json"
-SAMPLINGS = ("poisson", "shuffle")
+SAMPLINGS = ("poisson",)
+
+
+def _require_sampling(sampling: str) -> None:
+    """Only Poisson batches are accounted: the ledger records ``PoissonSampled`` steps, and a
+    Poisson epsilon is no upper bound for fixed-size shuffled batches (they can be markedly
+    less private; :mod:`dpforge.accounting.shuffled` certifies only a lower bound)."""
+    if sampling == "shuffle":
+        raise ParameterError(
+            "sampling='shuffle' (the Trainer's fixed-size shuffled batches) is not certified by the Poisson "
+            "accounting the ledger records; use sampling='poisson'"
+        )
+    if sampling not in SAMPLINGS:
+        raise ParameterError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {sampling!r}")
 SELECTIONS = ("all", "bitfit", "lora")
 
 
@@ -127,8 +140,7 @@ class PrivacyArguments:
         require_probability_open("delta", self.delta)
         if self.budget_epsilon is not None:
             require_positive("budget_epsilon", self.budget_epsilon)
-        if self.sampling not in SAMPLINGS:
-            raise ParameterError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+        _require_sampling(self.sampling)
 
 
 @dataclass(frozen=True)
@@ -157,8 +169,7 @@ class ZOPrivacyArguments:
         require_probability_open("delta", self.delta)
         if self.budget_epsilon is not None:
             require_positive("budget_epsilon", self.budget_epsilon)
-        if self.sampling not in SAMPLINGS:
-            raise ParameterError(f"sampling must be one of {', '.join(SAMPLINGS)}, got {self.sampling!r}")
+        _require_sampling(self.sampling)
 
 
 # --------------------------------------------------------------------------- parameter selections
@@ -319,10 +330,7 @@ class _PrivateTrainerMixin:
 
     # -- data ---------------------------------------------------------------------------
     def get_train_dataloader(self) -> DataLoader:
-        """Poisson batches (see the module docstring), or the Trainer's own loader for
-        ``sampling="shuffle"``."""
-        if self.privacy.sampling == "shuffle":
-            return super().get_train_dataloader()
+        """Poisson batches (see the module docstring)."""
         sampler = PoissonBatchSampler(
             self.dataset_size,
             self.sampling_rate,

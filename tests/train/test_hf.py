@@ -298,3 +298,13 @@ def test_resuming_restores_the_ledger_and_draws_new_noise(tmp_path):
         DPTrainer(model=full_model(), args=arguments(tmp_path, max_steps=4), train_dataset=Tokens(), privacy=privacy).train(
             resume_from_checkpoint=str(tmp_path / "checkpoint-2")
         )
+
+
+@pytest.mark.parametrize("arguments_class, first", [("PrivacyArguments", {"noise_multiplier": 1.0}), ("ZOPrivacyArguments", {"mechanism": Gaussian(1.0)})])
+def test_shuffled_batches_are_refused_not_recorded_as_poisson(arguments_class, first):
+    """The ledger records Poisson steps; a Poisson epsilon is no upper bound for the
+    Trainer's fixed-size shuffled batches, so the trainers refuse them."""
+    import dpforge.train.hf as hf
+
+    with pytest.raises(ParameterError, match="shuffle"):
+        getattr(hf, arguments_class)(**first, sampling="shuffle")
