@@ -88,8 +88,26 @@ def _envelope(engine: str, neighbouring: str, sampling: str | None) -> dict[str,
     }
 
 
+class _Labelled:
+    """What the epsilon and delta results share: the relation as the schema spells it and
+    the accuracy asked (both read from the result's own fields)."""
+
+    neighbouring: str
+    accuracy: dict
+
+    @property
+    def relation(self) -> str:
+        """The neighbouring relation as the schema writes it (``"add-remove"``)."""
+        return self.neighbouring.replace("_", "-")
+
+    @property
+    def requested_accuracy(self) -> float | None:
+        """The relative width asked of the engine (``None`` if it takes no such request)."""
+        return self.accuracy.get("relative_accuracy")
+
+
 @dataclass(frozen=True)
-class EpsilonResult:
+class EpsilonResult(_Labelled):
     """epsilon at a given delta: ``upper`` is certified, ``lower`` is certified,
     ``estimate`` is a point between them (not a bound; written to JSON only by the
     Monte-Carlo engine, whose estimate is its own, see the module docstring)."""
@@ -107,16 +125,6 @@ class EpsilonResult:
     def epsilon(self) -> float:
         """The certified upper bound (what a budget is checked against)."""
         return self.upper
-
-    @property
-    def relation(self) -> str:
-        """The neighbouring relation as the schema writes it (``"add-remove"``)."""
-        return self.neighbouring.replace("_", "-")
-
-    @property
-    def requested_accuracy(self) -> float | None:
-        """The relative width asked of the engine (``None`` if it takes no such request)."""
-        return self.accuracy.get("relative_accuracy")
 
     def accuracy_summary(self) -> dict[str, Any]:
         """The schema's ``accuracy`` object (:func:`accuracy_record`)."""
@@ -145,7 +153,7 @@ class EpsilonResult:
 
 
 @dataclass(frozen=True)
-class DeltaResult:
+class DeltaResult(_Labelled):
     """delta at a given epsilon, bracketed by certified ``lower`` and ``upper``."""
 
     lower: float
@@ -161,16 +169,6 @@ class DeltaResult:
     def delta(self) -> float:
         """The certified upper bound on delta (what a budget is checked against)."""
         return self.upper
-
-    @property
-    def relation(self) -> str:
-        """The neighbouring relation as the schema writes it (``"add-remove"``)."""
-        return self.neighbouring.replace("_", "-")
-
-    @property
-    def requested_accuracy(self) -> float | None:
-        """The relative width asked of the engine (``None`` if it takes no such request)."""
-        return self.accuracy.get("relative_accuracy")
 
     def accuracy_summary(self) -> dict[str, Any]:
         """The schema's ``accuracy`` object (:func:`accuracy_record`), of the delta bracket."""

@@ -157,16 +157,9 @@ def variance_times_fisher(mechanism: LMO) -> float:
     return mechanism.variance() * total
 
 
-def describe(mechanism: LMO) -> str:
-    parts = []
-    w_gamma, w_exp, w_uniform = mechanism.weights
-    if w_gamma > 0:
-        parts.append(f"{w_gamma:.3g} Gamma(k={mechanism.gamma_shape:.4g}, theta={mechanism.gamma_scale:.4g})")
-    if w_exp > 0:
-        parts.append(f"{w_exp:.3g} Exp(rate={mechanism.exponential_rate:.4g})")
-    if w_uniform > 0:
-        parts.append(f"{w_uniform:.3g} U({mechanism.uniform_low:.6g}, {mechanism.uniform_high:.6g})")
-    return " + ".join(parts)
+def describe(mechanism: "LMO") -> str:
+    """Short text of the LMO's active components (:meth:`~dpforge.mechanisms.LMO.summary`)."""
+    return mechanism.summary(digits=6)
 
 
 def cached_search(previous: dict, target: float) -> LMOSearchResult | None:

@@ -43,16 +43,8 @@ STEPS = 1000
 
 
 def describe(mechanism) -> str:
-    """Short text of the LMO's active components."""
-    parts = []
-    w_gamma, w_exp, w_uniform = mechanism.weights
-    if w_gamma > 0:
-        parts.append(f"{w_gamma:.3g} Gamma(k={mechanism.gamma_shape:.4g}, theta={mechanism.gamma_scale:.4g})")
-    if w_exp > 0:
-        parts.append(f"{w_exp:.3g} Exp(rate={mechanism.exponential_rate:.4g})")
-    if w_uniform > 0:
-        parts.append(f"{w_uniform:.3g} U({mechanism.uniform_low:.5g}, {mechanism.uniform_high:.5g})")
-    return " + ".join(parts)
+    """Short text of the LMO's active components (:meth:`~dpforge.mechanisms.LMO.summary`)."""
+    return mechanism.summary(digits=5)
 
 
 def main() -> None:

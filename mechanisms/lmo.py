@@ -245,6 +245,19 @@ class LMO(Mechanism):
         """Pure-DP epsilon of the scalar release: log f(0) / f(sensitivity)."""
         return float(self.logpdf(0.0) - self.logpdf(self.sensitivity))
 
+    def summary(self, digits: int = 6) -> str:
+        """Short text of the active components, e.g. ``0.3 Gamma(k=2, theta=1) + 0.7 Exp(rate=2)``
+        (``digits`` significant digits for the uniform's ends)."""
+        parts = []
+        w_gamma, w_exp, w_uniform = self.weights
+        if w_gamma > 0:
+            parts.append(f"{w_gamma:.3g} Gamma(k={self.gamma_shape:.4g}, theta={self.gamma_scale:.4g})")
+        if w_exp > 0:
+            parts.append(f"{w_exp:.3g} Exp(rate={self.exponential_rate:.4g})")
+        if w_uniform > 0:
+            parts.append(f"{w_uniform:.3g} U({self.uniform_low:.{digits}g}, {self.uniform_high:.{digits}g})")
+        return " + ".join(parts)
+
     def scaled(self, factor: float) -> "LMO":
         """The mechanism whose noise is ``factor`` times this one's (eta divided by factor)."""
         factor = require_positive("factor", factor)

@@ -287,3 +287,11 @@ def test_bad_shapes_shifts_and_points():
     with pytest.raises(ValueError, match="x must not be NaN"):
         MIXED.cdf(float("nan"))
     assert float(MIXED.logpdf(float("inf"))) == -math.inf and float(MIXED.cdf(float("inf"))) == 1.0
+
+
+def test_summary_names_only_the_active_components():
+    from dpforge.mechanisms import LMO
+
+    mixed = LMO(weights=(0.3, 0.5, 0.2), gamma_shape=2.0, exponential_rate=2.0)
+    assert mixed.summary() == "0.3 Gamma(k=2, theta=1) + 0.5 Exp(rate=2) + 0.2 U(0.5, 1)"
+    assert LMO(weights=(0.0, 1.0, 0.0)).summary() == "1 Exp(rate=1)"
