@@ -59,7 +59,17 @@ def plan_to_toml(plan: Plan, *, seal: bool = True) -> str:
             lines.append(f"{phase.parameter_name} = {_toml_float(phase.parameter)}")
         for key, value in phase.shape:
             lines.append(f"{key} = {_toml_value(value)}")
-        lines += [f"sampling_rate = {_toml_float(phase.sampling_rate)}", f"steps = {int(phase.steps)}"]
+        if phase.sampling_scheme == "poisson":
+            lines.append(f"sampling_rate = {_toml_float(phase.sampling_rate)}")
+        else:  # a fixed-size phase: its rate is batch_size/dataset_size, stated by them
+            lines += [
+                f"sampling_scheme = {_toml_string(phase.sampling_scheme)}",
+                f"batch_size = {int(phase.batch_size)}",
+                f"dataset_size = {int(phase.dataset_size)}",
+            ]
+        lines.append(f"steps = {int(phase.steps)}")
+        if phase.relation != "add-remove":
+            lines.append(f"relation = {_toml_string(phase.relation)}")
         if phase.noise != "pure":
             lines.append(f"sensitivity = {_toml_float(phase.sensitivity)}")
     body = "\n".join(lines) + "\n"
