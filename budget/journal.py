@@ -81,6 +81,10 @@ class Recovered:
     valid_bytes: int
     problem: str | None = None
 
+    #: whether the discarded tail is a single line with no newline: what a write
+    #: interrupted by a kill leaves (each record is one write ending in its newline)
+    tail_is_one_torn_line: bool = False
+
     @property
     def steps(self) -> int:
         """Total released steps in the recovered records."""
@@ -154,7 +158,10 @@ def read_journal(source: str | os.PathLike[str] | bytes) -> Recovered:
         if data["kind"] == "step":
             released += data["steps"]
         position = end + 1
-    return Recovered(tuple(records), position < len(raw), len(raw) - position, position, problem)
+    tail = raw[position:]
+    return Recovered(
+        tuple(records), position < len(raw), len(raw) - position, position, problem, bool(tail) and b"\n" not in tail
+    )
 
 
 class RunJournal:
@@ -171,6 +178,13 @@ class RunJournal:
         self.sync_mode = sync
         existed = os.path.exists(self.path)
         self.recovered = read_journal(self.path) if existed else Recovered((), False, 0, 0)
+        if self.recovered.torn_tail and not self.recovered.tail_is_one_torn_line:
+            # damage before the last line: the records after it may be released steps, and
+            # cutting them would lose spent privacy; refuse and leave the file as it is
+            raise InputFileError(
+                f"journal {self.path} is damaged before its end ({self.recovered.problem}; "
+                f"{self.recovered.discarded_bytes} bytes follow): refusing to cut released records"
+            )
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
         if self.recovered.torn_tail:
             os.ftruncate(self._fd, self.recovered.valid_bytes)

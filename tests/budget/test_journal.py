@@ -68,6 +68,24 @@ def test_damage_in_the_middle_stops_there(tmp_path):
     assert read_journal(b"{not json\n").problem == "line 1 is not JSON"
 
 
+def test_reopening_refuses_damage_before_the_end_and_leaves_the_file(tmp_path):
+    """A damaged record followed by more records is not a torn write: cutting there would
+    delete released steps (spent privacy), so reopening refuses and changes nothing."""
+    from dpforge.errors import InputFileError
+
+    path = tmp_path / "run.jsonl"
+    _write_run(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    at = lines[1].index(b'"sha256":"') + len(b'"sha256":"')
+    flipped = lines[1][:at] + (b"0" if lines[1][at:at + 1] != b"0" else b"1") + lines[1][at + 1 :]
+    damaged = b"".join(lines[:1] + [flipped] + lines[2:])
+    path.write_bytes(damaged)
+    with pytest.raises(InputFileError, match="damaged before its end"):
+        RunJournal(path)
+    assert path.read_bytes() == damaged
+    assert not read_journal(damaged).tail_is_one_torn_line
+
+
 def test_reopening_cuts_a_torn_tail_and_continues(tmp_path):
     path = tmp_path / "run.jsonl"
     _write_run(path, sync="checkpoint")
