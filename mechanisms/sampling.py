@@ -288,25 +288,37 @@ def lower_bound_description(description: Any) -> Any:
     inner, relation = unwrap(description)
     changed = False
 
+    def realised(mechanism: Mechanism) -> Mechanism:
+        """The unsampled replace-one pair an actual pair of datasets produces: the doubled
+        mechanism for a query with a sensitivity (the record's +g replaced by -g), but
+        PureDP(epsilon) itself for a bare epsilon-DP step: PureDP(2 epsilon) bounds it by
+        group privacy but no epsilon-DP mechanism realises that pair (its group-privacy
+        trade-off is strictly better), so its lower end is no lower bound."""
+        nonlocal changed
+        if isinstance(mechanism, PureDP):
+            changed = True
+            return mechanism
+        return doubled(mechanism)
+
     def visit(node: Any) -> Any:
         nonlocal changed
         if isinstance(node, Composed):
             return Composed([(visit(part), count) for part, count in node.parts])
         if isinstance(node, SampledWithoutReplacement):
             changed = True
-            return PoissonSampled(doubled(node.mechanism), node.sampling_rate)
+            return PoissonSampled(realised(node.mechanism), node.sampling_rate)
         if relation == "add-remove":
             return node
         if isinstance(node, PoissonSampled):
             mechanism, rate = node.base()
             if rate >= 1.0:
-                return doubled(mechanism)
+                return realised(mechanism)
             if isinstance(mechanism, Gaussian):
                 return EffectiveMechanism(mechanism, rate, "poisson", relation)
             changed = True
             return PoissonSampled(mechanism, rate)
         if isinstance(node, Mechanism):
-            return doubled(node)
+            return realised(node)
         return node
 
     mapped = visit(inner)

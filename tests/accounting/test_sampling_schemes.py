@@ -201,3 +201,19 @@ def test_calibration_over_fixed_size_batches_verifies():
         lambda s: WithRelation(Composed([(PoissonSampled(Gaussian(s), 0.01), 500)])), 2.0, DELTA
     )
     assert result.parameter > poisson.parameter
+
+
+@pytest.mark.parametrize("eps0, delta", [(1.0, 0.1), (0.5, 1e-3), (2.0, 0.2)])
+def test_replace_one_pure_dp_lower_is_below_the_group_privacy_bound(eps0, delta):
+    """An epsilon-DP step under replace-one is bounded by group privacy (trade-off
+    1 - (1-f)o(1-f), Dong, Roth, Su 2022): delta(e) <= (e^{2 eps} - e^{e}) / (e^eps + e^{2 eps}),
+    so the true epsilon at delta is at most log(e^{2 eps} - delta (e^eps + e^{2 eps})).  The
+    reported lower bound must not exceed it (PureDP(2 eps)'s lower end did)."""
+    import math
+
+    from dpforge.accounting import epsilon
+    from dpforge.mechanisms import PureDP, WithRelation
+
+    result = epsilon(WithRelation(PureDP(eps0), "replace-one"), delta)
+    group_bound = math.log(math.exp(2 * eps0) - delta * (math.exp(eps0) + math.exp(2 * eps0)))
+    assert result.lower <= group_bound <= result.upper
