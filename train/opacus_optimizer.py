@@ -171,7 +171,16 @@ def make_private(module: torch.nn.Module, optimizer: torch.optim.Optimizer, data
     """(GradSampleModule, MechanismDPOptimizer, data loader, MechanismAccountant): Opacus'
     ``make_private`` for one process with dpforge noise.  The loader becomes Opacus'
     Poisson ``DPDataLoader`` (sampling rate 1 / len(data_loader)) unless
-    ``poisson_sampling=False``; the accountant records each optimizer step."""
+    ``poisson_sampling=False``; the accountant records each optimizer step.
+
+    ``poisson_sampling=False`` (keeping the caller's loader) is refused: the accountant
+    records Poisson steps, and a Poisson epsilon is no upper bound for the fixed-size
+    shuffled batches such a loader draws (:mod:`dpforge.accounting.shuffled`)."""
+    if not poisson_sampling:
+        raise UnsupportedError(
+            "poisson_sampling=False keeps a fixed-size loader that the Poisson accounting does not certify; "
+            "use poisson_sampling=True"
+        )
     sample_rate = 1.0 / len(data_loader)
     expected_batch_size = int(len(data_loader.dataset) * sample_rate)
     if poisson_sampling:

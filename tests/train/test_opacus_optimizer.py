@@ -96,3 +96,14 @@ def test_mechanism_must_match_the_clipping():
         zero_gradient_setup(Laplace(scale=1.0, sensitivity=2.0, dimension=d, norm="l2"), clip=1.0)
     with pytest.raises(ParameterError, match="mechanism"):
         MechanismDPOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.zeros(2))], lr=0.1), mechanism="gauss", max_grad_norm=1.0, expected_batch_size=4)
+
+
+def test_a_kept_fixed_size_loader_is_refused():
+    """The accountant records Poisson steps; keeping the caller's (shuffled, fixed-size)
+    loader would label a Poisson epsilon as the run's upper bound."""
+    model = torch.nn.Linear(IN, OUT, bias=False)
+    data = torch.utils.data.TensorDataset(torch.zeros(N, IN), torch.zeros(N, OUT))
+    loader = torch.utils.data.DataLoader(data, batch_size=BATCH, shuffle=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.0)
+    with pytest.raises(UnsupportedError, match="poisson_sampling"):
+        make_private(model, optimizer, loader, mechanism=Gaussian(1.0), max_grad_norm=1.0, poisson_sampling=False)
