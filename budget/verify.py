@@ -8,7 +8,7 @@ from typing import Any
 from dpforge.accounting.prv.prefixes import epsilon_prefixes
 from dpforge.accounting.results import SCHEMA_VERSION, accuracy_record, dpforge_version, json_ready
 from dpforge.budget.plan import Plan
-from dpforge.mechanisms.sampling import lower_bound_description
+from dpforge.mechanisms.sampling import lower_bound_description, result_labels
 
 @dataclass(frozen=True)
 class PhaseCheck:
@@ -50,6 +50,9 @@ class VerifyReport:
     within_budget: bool | None
     engine: str = "prv"
     accuracy: dict[str, Any] = field(default_factory=dict)
+    #: the plan's neighbouring relation and sampling schemes, as the result schema spells them
+    relation: str = "add-remove"
+    sampling: str = "poisson"
 
     @property
     def epsilon(self) -> float:
@@ -70,8 +73,8 @@ class VerifyReport:
                 "schema_version": SCHEMA_VERSION,
                 "dpforge_version": dpforge_version(),
                 "engine": self.engine,
-                "relation": "add-remove",
-                "sampling": "poisson",
+                "relation": self.relation,
+                "sampling": self.sampling,
                 "mechanism": None,
                 "delta": self.delta,
                 "epsilon_upper": self.epsilon_upper,
@@ -120,6 +123,7 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
         upper, lower = uppers[index], max(lower, lowers[index])
         checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower))
     within = None if plan.budget_epsilon is None else upper <= plan.budget_epsilon
+    labels = result_labels(plan.description())
     return VerifyReport(
         delta=plan.delta,
         budget_epsilon=plan.budget_epsilon,
@@ -129,6 +133,8 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
         within_budget=within,
         engine=result.engine,
         accuracy=_accuracy(relative_accuracy, upper, max(result.lower for result in results), lower),
+        relation=labels["neighbouring"].replace("_", "-"),
+        sampling=labels["sampling"],
     )
 
 

@@ -26,3 +26,14 @@ def test_a_written_plan_reads_back_as_the_same_question(scheme, relation, sizes,
     again = parse_plan(plan_to_toml(plan))
     assert again == plan
     assert again.description() == plan.description()
+
+
+def test_verify_reports_the_plans_relation_and_sampling():
+    from dpforge.budget.verify import verify_plan
+
+    phase = Phase(
+        noise="gaussian", parameter=1.0, steps=100, sampling_scheme="without-replacement",
+        batch_size=256, dataset_size=60_000, relation="replace-one",
+    )
+    report = verify_plan(Plan(phases=(phase,), delta=1e-5, budget_epsilon=100.0)).to_dict()
+    assert (report["relation"], report["sampling"]) == ("replace-one", "without-replacement")
