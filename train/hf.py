@@ -368,7 +368,28 @@ class _PrivateTrainerMixin:
             raise ParameterError(f"resume_from_checkpoint: {path} is missing; a private run cannot resume without its ledger")
         with open(path, encoding="utf-8") as handle:
             restored = Ledger.from_dict(json.load(handle))
-        self.ledger._entries = list(restored.entries)  # the step objects keep their reference
+        spent = self._most_steps_recorded()
+        if spent > restored.steps:
+            raise ParameterError(
+                f"resume_from_checkpoint: {folder} records {restored.steps} private steps but {self.args.output_dir} "
+                f"already holds a ledger of {spent}; resuming from it would spend those steps again without counting "
+                "them (resume from the latest checkpoint, or use a new output_dir and account both runs)"
+            )
+        self.ledger.load_state_dict(restored.state_dict())  # the step objects keep their reference
+
+    def _most_steps_recorded(self) -> int:
+        """The most private steps any ledger already written under ``output_dir`` records
+        (its own and every checkpoint's): steps taken, released or not, are spent."""
+        folder = self.args.output_dir
+        paths = [os.path.join(folder, LEDGER_FILE)]
+        if os.path.isdir(folder):
+            paths += [os.path.join(folder, name, LEDGER_FILE) for name in os.listdir(folder)]
+        most = 0
+        for path in paths:
+            if os.path.isfile(path):
+                with open(path, encoding="utf-8") as handle:
+                    most = max(most, Ledger.from_dict(json.load(handle)).steps)
+        return most
 
     def write_plan(self, path: str | None = None):
         """Write (main process only) and return the plan of everything recorded so far;

@@ -285,7 +285,7 @@ def test_dpsgd_and_dpzo_trainers_run_on_cuda(tmp_path):
 
 def test_resuming_restores_the_ledger_and_draws_new_noise(tmp_path):
     privacy = PrivacyArguments(noise_multiplier=1.0, clip=0.5, seed=4)
-    first = DPTrainer(model=full_model(), args=arguments(tmp_path), train_dataset=Tokens(), privacy=privacy)
+    first = DPTrainer(model=full_model(), args=arguments(tmp_path, max_steps=2), train_dataset=Tokens(), privacy=privacy)
     first.train()
     fresh = torch.Generator().manual_seed(4)
     resumed = DPTrainer(model=full_model(), args=arguments(tmp_path, max_steps=4), train_dataset=Tokens(), privacy=privacy)
@@ -293,6 +293,12 @@ def test_resuming_restores_the_ledger_and_draws_new_noise(tmp_path):
     assert resumed.ledger.steps == 4  # 2 restored + 2 new
     assert resumed.noise_step.generator is resumed._noise_generator
     assert torch.randn(8, generator=resumed._noise_generator).tolist() != torch.randn(8, generator=fresh).tolist()
+    # the resumed run now holds 4 steps in its output folder: resuming from checkpoint-2
+    # again would spend steps 3-4 a second time without counting them
+    with pytest.raises(ParameterError, match="spend those steps again"):
+        DPTrainer(model=full_model(), args=arguments(tmp_path, max_steps=4), train_dataset=Tokens(), privacy=privacy).train(
+            resume_from_checkpoint=str(tmp_path / "checkpoint-2")
+        )
     with pytest.raises(ParameterError, match="ledger"):
         os.remove(tmp_path / "checkpoint-2" / LEDGER_FILE)
         DPTrainer(model=full_model(), args=arguments(tmp_path, max_steps=4), train_dataset=Tokens(), privacy=privacy).train(
