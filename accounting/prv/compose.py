@@ -113,12 +113,13 @@ class ComposedProfile:
 @numba.njit(cache=True)
 def _log_mgf_kernel(masses, first, step, shift, lambdas):  # pragma: no cover - jitted
     """An upper bound on log sum_j m_j exp(lam x_j), x_j = (first + j) step - shift, for
-    every lam, within a relative 4 u n of the exact value.
+    every lam, within a relative (4 n + 1500) u of the exact value.
 
     Shifted by the largest (lam > 0) or smallest (lam < 0) occupied position so that
     no term overflows; the factors exp(lam (x_j - ref)) are a geometric sequence, built
-    by repeated multiplication (each product adds at most u of relative error, hence the
-    allowance 4 u n added to the total).  Once a factor drops below 1e-280 the remaining
+    by repeated multiplication (each product adds at most u of relative error, and the
+    rounded ratio exp(-|lam| step) carries |lam step| u, which the j-th power turns into
+    |lam (x_j - ref)| u <= 645 u; hence the allowance (4 n + 1500) u on the total).  Once a factor drops below 1e-280 the remaining
     masses are counted at that factor (they are at most that), which keeps the bound and
     avoids subnormal arithmetic."""
     n = masses.size
@@ -136,7 +137,9 @@ def _log_mgf_kernel(masses, first, step, shift, lambdas):  # pragma: no cover - 
     remaining_from_lo[hi - lo + 1] = 0.0
     for j in range(hi, lo - 1, -1):
         remaining_from_lo[j - lo] = remaining_from_lo[j - lo + 1] + masses[j]
-    allowance = 1.0 + 4.0 * 1.1102230246251565e-16 * (hi - lo + 2)
+    # 4 u per product and sum term, plus the rounding of lam*step inside the ratio, raised to
+    # the j-th power: j |lam step| u = |lam (x_j - ref)| u <= 645 u before the 1e-280 cut
+    allowance = 1.0 + 1.1102230246251565e-16 * (4.0 * (hi - lo + 2) + 1500.0)
     for k in range(lambdas.size):
         lam = lambdas[k]
         total = 0.0
@@ -335,7 +338,8 @@ def fft_window(
             _place(placed[row], values, measure.first_index - centre)
             counts[row] = count
             base += count * (centre * step - measure.shift)
-        # spectra multiplied (integer powers by repeated squaring), not complex logs summed
+        # spectra multiplied (numpy's integer power: repeated multiplication for small
+        # counts, exp(count log z) otherwise), not complex logs summed
         spectrum *= np.prod(sp_fft.rfft(placed, axis=1) ** counts.astype(np.int64)[:, None], axis=0)
     composed = sp_fft.irfft(spectrum, size)
     first = int(math.floor((bottom - base) / step))
