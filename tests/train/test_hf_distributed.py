@@ -61,6 +61,10 @@ result = {"rank": rank, "world": world, "ranks_agree": all(torch.equal(gathered[
     "sampling_rate": trainer.ledger.entries[0].sampling_rate, "numel": delta.numel()}
 with open(os.path.join(folder, f"rank{rank}.json"), "w") as handle:
     json.dump(result, handle)
+# tear the gloo group down before exiting: a process that exits with its gloo threads
+# still running can abort ("terminate called without an active exception")
+dist.barrier()
+dist.destroy_process_group()
 """
 
 
