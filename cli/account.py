@@ -18,7 +18,6 @@ from typing import Any
 from dpforge.cli import flags
 from dpforge.cli.schema import command_object
 from dpforge.cli.output import (
-    EXIT_CODES_TEXT,
     accuracy_rows,
     accuracy_status,
     engine_rows,
@@ -177,14 +176,14 @@ _CALIBRATE_EXAMPLES = """examples:
 
 def add_account_commands(subparsers: Any) -> None:
     """Add ``epsilon``, ``delta`` and ``calibrate`` to the ``dpforge`` subcommands."""
-    epsilon = subparsers.add_parser(
+    epsilon = flags.add_command(
+        subparsers,
         "epsilon",
         help="certified bounds on epsilon at a given delta",
         description="Certified upper and lower bounds on epsilon at a given delta for a mechanism given by "
         "flags, a plan file (--plan) or a saved LMO (--lmo). --sampling-rate and --steps are required "
         "(no silent one-step default).",
-        epilog=_EPSILON_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_EPSILON_EXAMPLES,
     )
     flags.add_mechanism_flags(epsilon)
     epsilon.add_argument("--delta", metavar="DELTA", help="in (0, 1); with --plan defaults to the plan's delta")
@@ -192,13 +191,13 @@ def add_account_commands(subparsers: Any) -> None:
     flags.add_common_flags(epsilon)
     epsilon.set_defaults(handler=_command_epsilon)
 
-    delta = subparsers.add_parser(
+    delta = flags.add_command(
+        subparsers,
         "delta",
         help="certified bounds on delta at a given epsilon",
         description="Certified upper and lower bounds on delta at a given epsilon for a mechanism given by "
         "flags, a plan file (--plan) or a saved LMO (--lmo).",
-        epilog=_DELTA_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_DELTA_EXAMPLES,
     )
     flags.add_mechanism_flags(delta)
     delta.add_argument("--epsilon", metavar="EPS", help=">= 0 (required)")
@@ -206,13 +205,13 @@ def add_account_commands(subparsers: Any) -> None:
     flags.add_common_flags(delta)
     delta.set_defaults(handler=_command_delta)
 
-    calibrate = subparsers.add_parser(
+    calibrate = flags.add_command(
+        subparsers,
         "calibrate",
         help="smallest noise meeting a target epsilon",
         description="The smallest Gaussian noise multiplier (or Laplace scale) whose certified epsilon at "
         "--delta is at most --target-epsilon over --steps steps at --sampling-rate.",
-        epilog=_CALIBRATE_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_CALIBRATE_EXAMPLES,
     )
     flags.add_sampling_flags(calibrate)
     calibrate.add_argument("--target-epsilon", metavar="EPS", help="> 0 (required)")

@@ -26,11 +26,9 @@ not load scipy or numba.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dpforge.errors import DpforgeError, InputFileError
@@ -521,6 +519,21 @@ def add_engine_flags(parser: argparse.ArgumentParser, *, repeatable: bool = Fals
     parser.add_argument("--samples", metavar="N", help="montecarlo: samples of the composed loss, an integer >= 1")
     parser.add_argument("--confidence", metavar="C", help="montecarlo: probability of the bound, in (0, 1) (default 0.99)")
     parser.add_argument("--seed", metavar="S", help="montecarlo: random seed, an integer >= 0 (default random, reported)")
+
+
+def add_command(subparsers: Any, name: str, *, help: str, description: str, examples: str, exit_codes: bool = True) -> argparse.ArgumentParser:
+    """One (sub)command parser in the house style: a one-line ``help``, a ``description``,
+    and an epilog of ``examples`` followed (unless ``exit_codes`` is false) by the exit
+    status table, printed as written."""
+    from dpforge.cli.output import EXIT_CODES_TEXT
+
+    return subparsers.add_parser(
+        name,
+        help=help,
+        description=description,
+        epilog=examples + "\n\n" + EXIT_CODES_TEXT if exit_codes else examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
 
 
 def add_common_flags(parser: argparse.ArgumentParser) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 from dpforge.cli import flags
 from dpforge.cli.flags import lmo_description, load_lmo_file
-from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OK, print_json, table
+from dpforge.cli.output import EXIT_OK, print_json, table
 from dpforge.cli.schema import command_object
 
 __all__ = ["add_lmo_commands", "lmo_description", "load_lmo_file", "main"]
@@ -158,22 +158,22 @@ _EXAMPLES = """examples:
 def add_lmo_commands(subparsers: Any) -> None:
     """Add ``lmo search`` to the ``dpforge`` subcommands (flag values are checked after
     parsing, like every dpforge flag)."""
-    lmo = subparsers.add_parser(
+    lmo = flags.add_command(
+        subparsers,
         "lmo",
         help="LMO noise: offline search of mixture parameters",
         description="LMO (Laplace mixture) noise: search the mixture of least variance under a certified epsilon.",
-        epilog=_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_EXAMPLES, exit_codes=False,
     )
     commands = lmo.add_subparsers(dest="lmo_command", required=True, metavar="LMO_COMMAND")
-    search = commands.add_parser(
+    search = flags.add_command(
+        commands,
         "search",
         help="LMO minimising the noise under a certified epsilon, next to the calibrated Gaussian",
         description="Search the LMO noise of least variance (or E|noise|) whose certified epsilon at --delta "
         "over --steps steps at --sampling-rate is at most --target-epsilon, next to the calibrated Gaussian. "
         "--out saves the mechanism and the workload; dpforge epsilon --lmo FILE reuses both.",
-        epilog=_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_EXAMPLES,
     )
     search.add_argument("--target-epsilon", metavar="EPS", help="> 0 (required)")
     search.add_argument("--delta", metavar="DELTA", help="in (0, 1) (required)")

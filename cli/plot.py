@@ -17,7 +17,7 @@ import os
 from typing import Any
 
 from dpforge.cli import flags
-from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OK
+from dpforge.cli.output import EXIT_OK
 
 #: the engines drawn when no --engine is given
 _DEFAULT_ENGINES = ("prv", "rdp")
@@ -163,33 +163,33 @@ _PLOT_EXAMPLES = """examples:
 
 def add_plot_commands(subparsers: Any) -> None:
     """Add ``plot profile|steps|noise|rdp`` to the ``dpforge`` subcommands."""
-    plot = subparsers.add_parser(
+    plot = flags.add_command(
+        subparsers,
         "plot",
         help="draw a privacy profile, epsilon over steps, noise densities or RDP curves",
         description="Figures of dpforge.plots written to --out (png, pdf or svg, from the suffix).",
-        epilog=_PLOT_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_PLOT_EXAMPLES, exit_codes=False,
     )
     commands = plot.add_subparsers(dest="plot_command", required=True, metavar="FIGURE")
 
-    profile = commands.add_parser(
+    profile = flags.add_command(
+        commands,
         "profile",
         help="delta(epsilon) of each engine (certified upper bounds; PRV also its lower bound)",
         description="The privacy profile delta(epsilon) of a mechanism: each engine's certified upper bound, and the PRV engine's certified lower bound (the gap is the PRV bracket, visible where it is wide).",
-        epilog="examples:\n  dpforge plot profile --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/profile.png" + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="examples:\n  dpforge plot profile --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/profile.png",
     )
     flags.add_mechanism_flags(profile)
     _add_curve_flags(profile)
     _add_out_flag(profile)
     profile.set_defaults(handler=_command_profile)
 
-    steps = commands.add_parser(
+    steps = flags.add_command(
+        commands,
         "steps",
         help="epsilon after each step of a plan (or of --steps repeats)",
         description="The certified epsilon after each step of a plan (phase boundaries named) or of --steps repeats of one mechanism, per engine, with an optional budget line.",
-        epilog="examples:\n  dpforge plot steps examples/plans/within_budget.toml --out /tmp/steps.png" + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="examples:\n  dpforge plot steps examples/plans/within_budget.toml --out /tmp/steps.png",
     )
     steps.add_argument("plan_file", nargs="?", metavar="PLAN", help="TOML plan file")
     flags.add_mechanism_flags(steps)
@@ -199,12 +199,12 @@ def add_plot_commands(subparsers: Any) -> None:
     _add_out_flag(steps)
     steps.set_defaults(handler=_command_steps)
 
-    noise = commands.add_parser(
+    noise = flags.add_command(
+        commands,
         "noise",
         help="densities of Gaussian, Laplace and LMO noise (log scale)",
         description="The densities of Gaussian, Laplace and saved LMO noise; with --target-epsilon, --delta, --sampling-rate and --steps the Gaussian and Laplace are calibrated to that workload first.",
-        epilog="examples:\n  dpforge plot noise --target-epsilon 1 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --out /tmp/noise.png" + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="examples:\n  dpforge plot noise --target-epsilon 1 --delta 1e-5 --sampling-rate 0.01 --steps 1000 --out /tmp/noise.png",
     )
     noise.add_argument("--noise-multiplier", metavar="SIGMA", help="draw Gaussian noise of std SIGMA x sensitivity")
     noise.add_argument("--scale", metavar="B", help="draw Laplace noise of scale B")
@@ -218,12 +218,12 @@ def add_plot_commands(subparsers: Any) -> None:
     _add_out_flag(noise)
     noise.set_defaults(handler=_command_noise)
 
-    rdp = commands.add_parser(
+    rdp = flags.add_command(
+        commands,
         "rdp",
         help="the RDP curve of a description or plan",
         description="The composed Renyi-DP curve epsilon_RDP(alpha) of a mechanism or plan, with the order that gives the tightest epsilon marked.",
-        epilog="examples:\n  dpforge plot rdp --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/rdp.png" + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples="examples:\n  dpforge plot rdp --noise-multiplier 1 --sampling-rate 0.01 --steps 1000 --out /tmp/rdp.png",
     )
     flags.add_mechanism_flags(rdp)
     _add_out_flag(rdp)

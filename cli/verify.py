@@ -19,7 +19,7 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from dpforge.cli import flags
-from dpforge.cli.output import EXIT_CODES_TEXT, EXIT_OVER_BUDGET, accuracy_rows, accuracy_status, print_json, table
+from dpforge.cli.output import EXIT_OVER_BUDGET, accuracy_rows, accuracy_status, print_json, table
 from dpforge.cli.schema import command_object
 
 if TYPE_CHECKING:
@@ -86,13 +86,13 @@ _EXAMPLES = """examples:
 
 def add_verify_command(subparsers: Any) -> None:
     """Add ``verify`` to the ``dpforge`` subcommands."""
-    verify = subparsers.add_parser(
+    verify = flags.add_command(
+        subparsers,
         "verify",
         help="check a plan file against its budget (exit 0 within, 1 over)",
         description="The cumulative certified epsilon of a TOML plan file after each phase, checked against "
         "its [budget] (or --budget). A plan passes only on a bracket as tight as --relative-accuracy asks.",
-        epilog=_EXAMPLES + "\n\n" + EXIT_CODES_TEXT,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        examples=_EXAMPLES,
     )
     verify.add_argument("plan_file", nargs="?", metavar="PLAN", help="TOML plan file")
     verify.add_argument("--plan", metavar="FILE", help="TOML plan file (instead of the positional argument)")
