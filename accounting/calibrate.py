@@ -38,6 +38,7 @@ from dpforge.errors import (
 )
 from dpforge.mechanisms.base import Gaussian, Laplace
 from dpforge.mechanisms.combinators import Composed, Description, PoissonSampled
+from dpforge.mechanisms.sampling import lower_bound_description
 from dpforge.validation import require_count, require_positive, require_probability_open, require_sampling_rate
 
 #: default search bracket of :func:`calibrate` for the noise parameter
@@ -57,23 +58,33 @@ class _EngineEvaluator:
         self.options = options
         self.evaluations = 0
         self.cache: dict[float, float] = {}
-        self.lowers: dict[float, float] = {}  # the engine's certified lower bound at each parameter
+        self.lowers: dict[float, float] = {}  # the engine's own lower bound at each parameter
+
+    def _description(self, parameter: float) -> Description:
+        try:
+            return self.make_description(parameter)
+        except ValueError as error:
+            kind = type(error) if isinstance(error, DpforgeError) else ParameterError
+            raise kind(f"make_description({parameter:g}) failed: {error}") from None
 
     def __call__(self, parameter: float) -> float:
         if parameter not in self.cache:
-            try:
-                description = self.make_description(parameter)
-            except ValueError as error:
-                kind = type(error) if isinstance(error, DpforgeError) else ParameterError
-                raise kind(f"make_description({parameter:g}) failed: {error}") from None
-            # through the api: for a step whose certified pair is not realised by datasets
-            # (fixed-size batches, replace-one non-Gaussian) it takes ``lower`` from pairs
-            # that are, so the reported lower stays a lower bound on the run's epsilon
-            result = api.epsilon(description, self.delta, engine=self.engine_name, **self.options)
+            result = get_engine(self.engine_name).epsilon(self._description(parameter), self.delta, **self.options)
             self.cache[parameter] = result.upper
             self.lowers[parameter] = result.lower
             self.evaluations += 1
         return self.cache[parameter]
+
+    def lower_at(self, parameter: float) -> float:
+        """The certified lower bound at the answer, through the api: for a step whose
+        certified pair is not realised by datasets (fixed-size batches, replace-one
+        non-Gaussian) it comes from pairs that are, so it stays a lower bound on the run's
+        epsilon (the search itself needs only upper bounds)."""
+        description = self._description(parameter)
+        if lower_bound_description(description) is None and parameter in self.lowers:
+            return self.lowers[parameter]  # the engine's pair is realised: its lower stands
+        self.evaluations += 1
+        return api.epsilon(description, self.delta, engine=self.engine_name, **self.options).lower
 
 
 def certified_evaluator(
@@ -275,7 +286,7 @@ def calibrate(
             engine=engine,
             parameter_name=parameter_name,
             # the engine's own lower bound at the answer (prv: set by the epsilon() check below)
-            lower=getattr(evaluate, "lowers", {}).get(found.parameter, math.nan),
+            lower=evaluate.lower_at(found.parameter) if hasattr(evaluate, "lower_at") else math.nan,
         )
 
     best = search(start)
