@@ -13,7 +13,7 @@ import numpy as np
 
 from dpforge.accounting.prv.compose import compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
-from dpforge.accounting.prv.discretise import GridMeasure, _bulk_quantiles, lower_measure, upper_measure
+from dpforge.accounting.prv.discretise import LAW_CACHE, GridMeasure, _bulk_quantiles, lower_measure, upper_measure
 from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
@@ -29,12 +29,13 @@ class Truncation:
     high: float
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=LAW_CACHE)
 def truncation(loss: PrivacyLoss, tail: float) -> Truncation:
     """Range outside which the loss has at most ``tail`` mass on each side (cached).
 
     Raises ``ValueError`` when one step's loss reaches beyond ``MAX_LOSS`` nats."""
-    cut = Truncation(loss.lower_quantile(tail), loss.upper_quantile(tail))
+    _, (low,), (high,) = loss.quantiles((), (tail,), (tail,))
+    cut = Truncation(low, high)
     if max(abs(cut.low), abs(cut.high)) > MAX_LOSS:
         raise LimitError(
             f"one step's privacy loss exceeds {MAX_LOSS:g} nats with probability above {tail:.1e} "
@@ -80,7 +81,7 @@ _MIN_CHUNK = 8
 _CENTRED_RANGE = 600.0
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=LAW_CACHE)
 def bulk_spread(loss: PrivacyLoss) -> float:
     """Robust width of one step's loss under P: (q_0.95 - q_0.05) / 3.29 (the standard
     deviation for a normal law).  Subsampled losses have rare large values that inflate
@@ -95,7 +96,7 @@ def bulk_spread(loss: PrivacyLoss) -> float:
 _MOMENT_POINTS = 1000.0
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=LAW_CACHE)
 def single_step_moments(loss: PrivacyLoss, tail: float) -> tuple[float, float, float]:
     """(mean, variance, span of the truncation range) of one step's loss under P."""
     cut = truncation(loss, tail)

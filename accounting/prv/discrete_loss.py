@@ -84,3 +84,12 @@ class DiscreteLoss:
             return float(self.positions[-1])
         index = int(np.searchsorted(-self._tail_p[1:], -tail, side="left"))
         return float(self.positions[min(index, self.positions.size - 1)])
+
+    def quantiles(self, levels=(), lower_tails=(), upper_tails=()):
+        """:meth:`quantile`, :meth:`lower_quantile` and :meth:`upper_quantile` at several
+        arguments (the interface of :meth:`PrivacyLoss.quantiles`)."""
+        return (
+            tuple(self.quantile(v) for v in levels),
+            tuple(self.lower_quantile(v) for v in lower_tails),
+            tuple(self.upper_quantile(v) for v in upper_tails),
+        )
