@@ -252,10 +252,49 @@ def _phase_excess_reference(
 
 
 @numba.njit(cache=True)
+def _route_compiled(up, down, top_up):  # pragma: no cover - jitted
+    """:func:`_route` compiled (same steps: both sweeps, the split minimising the total
+    excess, the tip at the split), in O(cells) memory."""
+    cells = up.size
+    forward = _sweep_forward(up, down)
+    backward = _sweep_backward(up, down, top_up)
+    # cost(s) = forward excess of labels < s + backward excess of labels > s + |mismatch at s|
+    after = np.zeros(cells + 1)
+    running = 0.0
+    for k in range(cells, 0, -1):
+        after[k] = running
+        pos = top_up if k == cells else backward[k] * up[k]
+        running += max(pos - (1.0 - backward[k - 1]) * down[k - 1], 0.0)
+    after[0] = running
+    best_cost = np.inf
+    split = 0
+    before = 0.0
+    for s in range(cells + 1):
+        pos = top_up if s == cells else backward[s] * up[s]
+        neg = 0.0 if s == 0 else (1.0 - forward[s - 1]) * down[s - 1]
+        cost = before + after[s] + abs(pos - neg)
+        if cost < best_cost:
+            best_cost, split = cost, s
+        if s < cells:
+            f_pos = forward[s] * up[s]
+            f_neg = 0.0 if s == 0 else (1.0 - forward[s - 1]) * down[s - 1]
+            before += max(f_pos - f_neg, 0.0)
+    pi = np.empty(cells)
+    for c in range(cells):
+        pi[c] = forward[c] if c < split else backward[c]
+    if split > 0:
+        pos = top_up if split == cells else backward[split] * up[split]
+        neg = (1.0 - forward[split - 1]) * down[split - 1]
+        if neg > pos and down[split - 1] > 0:
+            pi[split - 1] = min(1.0, 1.0 - pos / down[split - 1])
+    return pi
+
+
+@numba.njit(cache=True)
 def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no cover - jitted
     """For every candidate offset c, the total label excess of routing the grid
     ``points[c::candidates]``: :func:`_phase_excess_reference` for all candidates in one
-    compiled pass (same steps: cell masses, weights, both sweeps, the split, the tip)."""
+    compiled pass (same steps: cell masses, weights, the routing, the excess)."""
     out = np.empty(candidates)
     for phase in range(candidates):
         size = (points.size - phase + candidates - 1) // candidates
@@ -272,37 +311,7 @@ def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no
             down[c] = max(n * np.exp(points[j]) - m, 0.0)
         last = phase + cells * candidates
         top_up = max(sf_p[last] - sf_q[last] * np.exp(points[last]), 0.0)
-        forward = _sweep_forward(up, down)
-        backward = _sweep_backward(up, down, top_up)
-        # cost(s) = forward excess of labels < s + backward excess of labels > s + |mismatch at s|
-        after = np.zeros(cells + 1)
-        running = 0.0
-        for k in range(cells, 0, -1):
-            after[k] = running
-            pos = top_up if k == cells else backward[k] * up[k]
-            running += max(pos - (1.0 - backward[k - 1]) * down[k - 1], 0.0)
-        after[0] = running
-        best_cost = np.inf
-        split = 0
-        before = 0.0
-        for s in range(cells + 1):
-            pos = top_up if s == cells else backward[s] * up[s]
-            neg = 0.0 if s == 0 else (1.0 - forward[s - 1]) * down[s - 1]
-            cost = before + after[s] + abs(pos - neg)
-            if cost < best_cost:
-                best_cost, split = cost, s
-            if s < cells:
-                f_pos = forward[s] * up[s]
-                f_neg = 0.0 if s == 0 else (1.0 - forward[s - 1]) * down[s - 1]
-                before += max(f_pos - f_neg, 0.0)
-        pi = np.empty(cells)
-        for c in range(cells):
-            pi[c] = forward[c] if c < split else backward[c]
-        if split > 0:
-            pos = top_up if split == cells else backward[split] * up[split]
-            neg = (1.0 - forward[split - 1]) * down[split - 1]
-            if neg > pos and down[split - 1] > 0:
-                pi[split - 1] = min(1.0, 1.0 - pos / down[split - 1])
+        pi = _route_compiled(up, down, top_up)
         total = 0.0
         for k in range(cells + 1):
             pos = top_up if k == cells else pi[k] * up[k]
@@ -310,6 +319,50 @@ def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no
             total += max(pos - neg, 0.0)
         out[phase] = total
     return out
+
+
+@numba.njit(cache=True)
+def _labels_rounded_down(m, n, pi, top_m, top_n, grid, k_lo, step, phase):  # pragma: no cover - jitted
+    """The labels of the routing, each rounded down onto the grid shifted by a common
+    offset: returns (masses on indices k_lo - 1 .. k_hi, that offset).
+
+    Label k gets pi_k of cell k and 1 - pi_k-1 of cell k-1 (both measures; the top label
+    also the mass above the grid); its loss is v_k = log P_k/Q_k (+inf where Q_k = 0),
+    capped at its grid point l_k.  v carries a relative round-off of a few ulps, so each
+    label is rounded down past a margin of 64 ulps of |v|; a tiny common shift (twice the
+    largest margin) keeps balanced labels (v = l_k up to round-off) on their own point.
+    A label that would land below the grid is dropped (only lowers the profile)."""
+    size = grid.size
+    p_label = np.zeros(size)
+    q_label = np.zeros(size)
+    for c in range(size - 1):
+        p_label[c] += pi[c] * m[c]
+        p_label[c + 1] += (1.0 - pi[c]) * m[c]
+        q_label[c] += pi[c] * n[c]
+        q_label[c + 1] += (1.0 - pi[c]) * n[c]
+    p_label[size - 1] += top_m
+    q_label[size - 1] += top_n
+    eps = 2.220446049250313e-16
+    v = np.empty(size)
+    widest = 64.0 * eps  # every label's margin is at least this
+    for k in range(size):
+        if p_label[k] > 0.0:
+            value = np.inf if q_label[k] <= 0.0 else np.log(p_label[k]) - np.log(q_label[k])
+            value = min(value, grid[k])
+            v[k] = value
+            widest = max(widest, 64.0 * eps * max(1.0, abs(value)))
+        else:
+            v[k] = 0.0
+    floor_shift = 2.0 * widest + 1e-9 * step
+    masses = np.zeros(size + 1)
+    for k in range(size):
+        if p_label[k] > 0.0:
+            margin = 64.0 * eps * max(1.0, abs(v[k]))
+            target = min(int(np.floor((v[k] - margin - phase + floor_shift) / step)), k_lo + k)
+            index = target - (k_lo - 1)
+            if index >= 0:
+                masses[index] += p_label[k]
+    return masses, floor_shift
 
 
 def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float, phase: float | None = None) -> GridMeasure:
@@ -331,28 +384,8 @@ def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float, phase
     top_m = float(loss.sf(grid[-1], "P"))
     top_n = float(loss.sf(grid[-1], "Q"))
     top_up = max(top_m - top_n * np.exp(grid[-1]), 0.0)
-    pi = _route(up, down, top_up)
-    p_label = np.zeros(grid.size)
-    q_label = np.zeros(grid.size)
-    p_label[:-1] += pi * m
-    p_label[1:] += (1.0 - pi) * m
-    q_label[:-1] += pi * n
-    q_label[1:] += (1.0 - pi) * n
-    p_label[-1] += top_m
-    q_label[-1] += top_n
-    keep = p_label > 0
-    with np.errstate(divide="ignore"):
-        v = np.where(keep, np.log(np.where(keep, p_label, 1.0)) - np.log(np.where(q_label > 0, q_label, 1.0)), -np.inf)
-    v = np.where(keep & (q_label <= 0), np.inf, v)
-    v = np.where(keep, np.minimum(v, grid), v)  # rounding down never goes above the label's point
-    # v carries a relative round-off of a few ulps: round down past that margin; a tiny
-    # common shift keeps balanced labels (v = l_k up to round-off) on their own point
-    margin = 64.0 * np.finfo(float).eps * np.maximum(1.0, np.abs(np.where(keep, v, 0.0)))
-    floor_shift = 2.0 * float(margin.max()) + 1e-9 * step
-    target = np.floor((np.where(keep, v, 0.0) - margin - phase + floor_shift) / step).astype(np.int64)
-    target = np.minimum(target, np.arange(k_lo, k_hi + 1))
-    index = target[keep] - (k_lo - 1)
-    masses = np.bincount(index, weights=p_label[keep], minlength=grid.size + 1)
+    pi = _route_compiled(up, down, top_up)
+    masses, floor_shift = _labels_rounded_down(m, n, pi, top_m, top_n, grid, k_lo, step, phase)
     return GridMeasure(k_lo - 1, masses, step, floor_shift - phase, 0.0)
 
 

@@ -30,6 +30,67 @@ def test_phase_search_kernel_matches_the_numpy_routing(mechanism, sampling_rate,
     assert int(np.argmin(compiled)) == int(np.argmin(reference))
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_routing_matches_the_numpy_routing(seed):
+    """The lower measure's routing (compiled) against :func:`discretise._route` on cell
+    weights of real laws and of random ones (zeros, spikes and steep edges included)."""
+    rng = np.random.default_rng(seed)
+    if seed < 3:
+        loss = flatten(PoissonSampled(Gaussian(0.6 + 0.3 * seed), 10.0 ** -(seed + 1)))[0].privacy_loss_distribution("remove")
+        step = 10.0 ** -(seed + 2)
+        grid = np.arange(int(np.floor(loss.lower_quantile(1e-9) / step)), int(np.ceil(loss.upper_quantile(1e-9) / step)) + 1) * step
+        m, n = discretise._cell_masses(loss, grid)
+        up, down = discretise._cell_weights(m, n, grid)
+        top_up = 1e-12
+    else:
+        cells = int(rng.integers(2, 3000))
+        up = rng.random(cells) * (rng.random(cells) < 0.7) * np.exp(-20 * rng.random(cells))
+        down = rng.random(cells) * (rng.random(cells) < 0.7) * np.exp(-20 * rng.random(cells))
+        top_up = float(rng.random() * 1e-3)
+    np.testing.assert_array_equal(discretise._route_compiled(up, down, top_up), discretise._route(up, down, top_up))
+
+
+def _labels_reference(m, n, pi, top_m, top_n, grid, k_lo, step, phase):
+    """The numpy specification of :func:`discretise._labels_rounded_down`."""
+    p_label = np.zeros(grid.size)
+    q_label = np.zeros(grid.size)
+    p_label[:-1] += pi * m
+    p_label[1:] += (1.0 - pi) * m
+    q_label[:-1] += pi * n
+    q_label[1:] += (1.0 - pi) * n
+    p_label[-1] += top_m
+    q_label[-1] += top_n
+    keep = p_label > 0
+    with np.errstate(divide="ignore"):
+        v = np.where(keep, np.log(np.where(keep, p_label, 1.0)) - np.log(np.where(q_label > 0, q_label, 1.0)), -np.inf)
+    v = np.where(keep & (q_label <= 0), np.inf, v)
+    v = np.where(keep, np.minimum(v, grid), v)
+    margin = 64.0 * np.finfo(float).eps * np.maximum(1.0, np.abs(np.where(keep, v, 0.0)))
+    floor_shift = 2.0 * float(margin.max()) + 1e-9 * step
+    target = np.floor((np.where(keep, v, 0.0) - margin - phase + floor_shift) / step).astype(np.int64)
+    target = np.minimum(target, np.arange(k_lo, k_lo + grid.size))
+    index = target[keep] - (k_lo - 1)
+    return np.bincount(index, weights=p_label[keep], minlength=grid.size + 1), floor_shift
+
+
+@pytest.mark.parametrize("mechanism, sampling_rate, step", [(Gaussian(0.8), 0.01, 1e-3), (Gaussian(0.6), 1e-4, 2e-6), (Gaussian(2.0), 1.0, 1e-2)])
+def test_compiled_label_rounding_matches_the_numpy_specification(mechanism, sampling_rate, step):
+    loss = flatten(PoissonSampled(mechanism, sampling_rate))[0].privacy_loss_distribution("add")
+    low, high = loss.lower_quantile(1e-12), loss.upper_quantile(1e-12)
+    phase = discretise._choose_phase(loss, step, low, high)
+    k_lo = int(np.floor((low - phase) / step))
+    grid = np.arange(k_lo, int(np.ceil((high - phase) / step)) + 1) * step + phase
+    m, n = discretise._cell_masses(loss, grid)
+    up, down = discretise._cell_weights(m, n, grid)
+    top_m, top_n = float(loss.sf(grid[-1], "P")), float(loss.sf(grid[-1], "Q"))
+    pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(grid[-1]), 0.0))
+    args = (m, n, pi, top_m, top_n, grid, k_lo, step, phase)
+    masses, shift = discretise._labels_rounded_down(*args)
+    expected, expected_shift = _labels_reference(*args)
+    assert shift == expected_shift
+    np.testing.assert_allclose(masses, expected, rtol=1e-14, atol=1e-300)
+
+
 def test_log_mgf_kernel_is_an_upper_bound_within_a_few_ulps():
     rng = np.random.default_rng(7)
     lambdas = np.array([1e-3, 0.5, 3.0, 50.0, 400.0, -0.5, -7.0, -300.0])
