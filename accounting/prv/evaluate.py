@@ -90,6 +90,7 @@ def evaluate(
     settled: Evaluation | None = None,
     tilt_at: float | None = None,
     floor: float = 0.0,
+    tilt_budget: float | None = None,
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
@@ -97,7 +98,9 @@ def evaluate(
 
     With ``tilt_at``, each composition is exponentially tilted so that its mean sits at
     that eps, and only losses from ``floor`` up are kept (:mod:`.tilt`): ``floor`` must be
-    a certified lower bound on the eps being sought (or the eps being queried)."""
+    a certified lower bound on the eps being sought (or the eps being queried).  With
+    ``tilt_budget`` (the part of delta the round-off allowance may take there) the tilt is
+    the smallest that keeps the allowance within it (:func:`.tilt.saddle_tilt`)."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -111,7 +114,7 @@ def evaluate(
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
-            theta = saddle_tilt(measures[kind], tilt_at, floor) if tilt_at is not None else 0.0
+            theta = saddle_tilt(measures[kind], tilt_at, floor, tilt_budget) if tilt_at is not None else 0.0
             if theta > 0.0:
                 composed = compose_tilted(measures[kind], tail, theta, floor)
             else:
@@ -178,16 +181,18 @@ def _evaluate_chains(
     settled: Evaluation | None = None,
     tilt_at: float | None = None,
     floor: float = 0.0,
+    tilt_budget: float | None = None,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``.
 
     Splitting is certified chain by chain: each chain's bound holds on any grid, so the
     pair (upper from one grid, lower from another) brackets the same true profile."""
+    tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget}
     if not staged or upper_step is None:
-        return evaluate(components, step, tail, staged=staged, settled=settled, tilt_at=tilt_at, floor=floor)
-    upper = evaluate(components, upper_step, tail, kinds=("upper",), tilt_at=tilt_at, floor=floor)
-    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, tilt_at=tilt_at, floor=floor)
+        return evaluate(components, step, tail, staged=staged, settled=settled, **tilting)
+    upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
+    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, **tilting)
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
 
 
@@ -206,6 +211,8 @@ class Refined:
 #: a tilted evaluation is used once the round-off allowance alone would take more than
 #: this share of the requested width
 _ROUNDOFF_SHARE = 0.1
+#: ... and then tilted no more than needed for the allowance to take at most this share
+_TILT_BUDGET = 0.05
 
 
 def roundoff_in_delta(evaluation: Evaluation, epsilon: float) -> float:
@@ -269,11 +276,15 @@ def refine(
     evaluation = _evaluate_chains(components, step, tail, staged, upper_step)
     low, high = bounds_of(evaluation)
     tilted = False
+    budget = None
     if tilt is not None and math.isfinite(low):
         tilt_at, floor, level = tilt(low, high)
         if roundoff_in_delta(evaluation, floor) > _ROUNDOFF_SHARE * relative_accuracy * level:
             tilted = True
-            evaluation = _evaluate_chains(components, step, tail, staged, upper_step, tilt_at=tilt_at, floor=floor)
+            budget = _TILT_BUDGET * relative_accuracy * level
+            evaluation = _evaluate_chains(
+                components, step, tail, staged, upper_step, tilt_at=tilt_at, floor=floor, tilt_budget=budget
+            )
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
     refinements = 0
@@ -290,7 +301,9 @@ def refine(
             try:
                 if tilted:
                     tilt_at, floor, _ = tilt(low, high)
-                    finer = evaluate(components, upper_step, tail, kinds=("upper",), tilt_at=tilt_at, floor=floor)
+                    finer = evaluate(
+                        components, upper_step, tail, kinds=("upper",), tilt_at=tilt_at, floor=floor, tilt_budget=budget
+                    )
                 else:
                     finer = evaluate(components, upper_step, tail, kinds=("upper",))
             except LimitError:
@@ -318,7 +331,7 @@ def refine(
             if tilted:
                 tilt_at, floor, _ = tilt(low, high)
                 evaluation = _evaluate_chains(
-                    components, step, tail, staged, upper_step, settled=settled, tilt_at=tilt_at, floor=floor
+                    components, step, tail, staged, upper_step, settled=settled, tilt_at=tilt_at, floor=floor, tilt_budget=budget
                 )
             else:
                 evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled)
@@ -390,7 +403,13 @@ class FixedGridEvaluator:
             self.tilted = share > _ROUNDOFF_SHARE * self.relative_tolerance
         if self.tilted:
             evaluation = evaluate(
-                components, self.step, self.tail, kinds=("upper",), tilt_at=self.target, floor=0.5 * self.target
+                components,
+                self.step,
+                self.tail,
+                kinds=("upper",),
+                tilt_at=self.target,
+                floor=0.5 * self.target,
+                tilt_budget=_TILT_BUDGET * self.relative_tolerance * self.delta,
             )
         else:
             evaluation = evaluate(components, self.step, self.tail, kinds=("upper",))

@@ -41,6 +41,7 @@ import math
 from dataclasses import dataclass
 from typing import Sequence
 
+import numba
 import numpy as np
 
 from dpforge.accounting.prv.compose import (
@@ -50,6 +51,7 @@ from dpforge.accounting.prv.compose import (
     _log_mgf,
     composed_infinity,
     fft_window,
+    refine_lambdas,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.errors import LimitError
@@ -69,42 +71,113 @@ def _log_tilted_masses(measure: GridMeasure, theta: float) -> tuple[np.ndarray, 
     return logs - log_z, log_z
 
 
+@numba.njit(cache=True)
+def _tilt_kernel(masses, first, step, shift, theta):  # pragma: no cover - jitted
+    """(log Z, mean of the tilted measure) for m_j e^{theta x_j}, x_j = (first + j) step -
+    shift, shifted by the largest exponent so that nothing overflows ((-inf, 0) when empty)."""
+    top = -np.inf
+    for j in range(masses.size):
+        if masses[j] > 0:
+            top = max(top, theta * ((first + j) * step - shift))
+    if top == -np.inf:
+        return -np.inf, 0.0
+    total = 0.0
+    weighted = 0.0
+    for j in range(masses.size):
+        if masses[j] > 0:
+            x = (first + j) * step - shift
+            w = masses[j] * np.exp(theta * x - top)
+            total += w
+            weighted += w * x
+    return top + np.log(total), weighted / total
+
+
 def tilted_mean(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> float:
     """Mean of the composed measure after tilting every step by e^{theta x}:
     sum_i count_i E~_i[x] (the derivative of the composed cumulant at theta)."""
     total = 0.0
     for measure, count in measures:
-        logs, log_z = _log_tilted_masses(measure, theta)
+        log_z, mean = _tilt_kernel(measure.masses, measure.first_index, measure.step, measure.shift, theta)
         if math.isfinite(log_z):
-            total += count * float(np.dot(np.exp(logs), measure.positions))
+            total += count * mean
     return total
 
 
-def saddle_tilt(measures: Sequence[tuple[GridMeasure, int]], target: float, floor: float = 0.0) -> float:
+def log_scale_at(measures: Sequence[tuple[GridMeasure, int]], theta: float, position: float) -> float:
+    """log S(position) = Lambda(theta) - theta * position, Lambda(theta) = sum_i count_i log Z_i(theta)."""
+    total = 0.0
+    for measure, count in measures:
+        total += count * _tilt_kernel(measure.masses, measure.first_index, measure.step, measure.shift, theta)[0]
+    return total - theta * position
+
+
+def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, budget: float) -> float:
+    """The largest log S(eps) at which the round-off allowance of a tilt by ``theta`` adds
+    at most ``budget`` to delta(eps).
+
+    Each kept entry y > eps carries r~ S(y) = r~ S(eps) e^{-theta (y - eps)} of allowance
+    with r~ <= u (T + 64) (a tilted measure has total mass 1, so every entry is at most 1,
+    and log2 of any window is below 64), weighted by 1 - e^{eps - y} <= y - eps; summed over
+    the grid y = eps + j h that is at most r~ S(eps) sum_j j h e^{-theta j h}
+    <= r~ S(eps) e^{theta h} / (theta^2 h)."""
+    step = measures[0][0].step
+    steps = sum(count for _, count in measures)
+    roundoff = _U * (steps + 64.0)
+    log_spread = theta * step - 2.0 * math.log(max(theta, 1e-12)) - math.log(step)
+    return math.log(budget) - math.log(roundoff) - log_spread
+
+
+def saddle_tilt(
+    measures: Sequence[tuple[GridMeasure, int]], target: float, floor: float = 0.0, budget: float | None = None
+) -> float:
     """theta >= 0 with tilted mean = ``target`` (0 when the untilted mean is already at or
     above it); the tilted mean increases with theta, so bisection finds it.
 
     theta is capped at ``_MAX_LOG_SCALE / 2 / (target - floor)``: at the saddle point
     Lambda(theta) - theta target <= 0 (convexity, Lambda(0) <= 0), so the untilting factor
     at ``floor`` stays below e^{theta (target - floor)} <= e^{_MAX_LOG_SCALE / 2}.  A
-    direction whose loss cannot reach ``target`` (a dominated one) gets the cap."""
+    direction whose loss cannot reach ``target`` (a dominated one) gets the cap.
+
+    With ``budget`` (the part of delta(target) the round-off allowance may take), the
+    smallest theta below the saddle point whose allowance fits the budget
+    (:func:`_roundoff_goal`) is returned instead: log S(target) = Lambda(theta) - theta target
+    falls from Lambda(0) <= 0 to its minimum at the saddle point, and a smaller tilt skews
+    the tilted law less, so its FFT window is narrower (the saddle point's window is set by
+    the few large losses that dominate delta at tiny delta and can be ten times wider).
+    Any theta > 0 gives a certified composition; the budget only sets the tightness."""
     if tilted_mean(measures, 0.0) >= target:
         return 0.0
     cap = 0.5 * _MAX_LOG_SCALE / max(target - floor, 1e-12)
     low, high = 0.0, 1.0
+    saddle = None
     while tilted_mean(measures, high) < target:
         low, high = high, 2.0 * high
         if high >= cap:
-            return cap
-    for _ in range(50):
+            saddle = cap
+            break
+    if saddle is None:
+        for _ in range(50):
+            middle = 0.5 * (low + high)
+            if tilted_mean(measures, middle) < target:
+                low = middle
+            else:
+                high = middle
+            if high - low <= (1e-6 if budget is None else 1e-3) * high:
+                break  # with a budget the saddle point only bounds the search below
+        saddle = min(0.5 * (low + high), cap)
+    if budget is None or log_scale_at(measures, saddle, target) > _roundoff_goal(measures, saddle, budget):
+        return saddle
+    # log S(target) - goal(theta) decreases on (0, saddle]: bisect for where it crosses 0
+    low, high = 0.0, saddle
+    for _ in range(40):
         middle = 0.5 * (low + high)
-        if tilted_mean(measures, middle) < target:
+        if log_scale_at(measures, middle, target) > _roundoff_goal(measures, middle, budget):
             low = middle
         else:
             high = middle
-        if high - low <= 1e-6 * high:
+        if high - low <= 1e-2 * high:
             break
-    return min(0.5 * (low + high), cap)
+    return high
 
 
 @dataclass(frozen=True)
@@ -152,22 +225,40 @@ def compose_tilted(
     """Compose ``count`` copies of each measure after tilting by e^{theta x} (theta > 0),
     keeping positions from ``floor`` up (module docstring)."""
     step = measures[0][0].step
-    lam = _chernoff_lambdas(measures, tail)
-    tilted_logs, log_scale, tilted_cumulant, cumulant = [], 0.0, np.zeros(lam.shape), np.zeros(lam.shape)
+    tilted_logs, log_zs, log_scale = [], [], 0.0
     for measure, count in measures:
         logs, log_z = _log_tilted_masses(measure, theta)
         tilted_logs.append(logs)
+        log_zs.append(log_z)
         log_scale += count * log_z
-        tilted_cumulant += count * (_log_mgf(measure, theta + lam) - log_z)
-        cumulant += count * _log_mgf(measure, lam)
+
+    def cumulants_at(lam: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(tilted cumulant Lambda(theta + lam) - Lambda(theta), untilted cumulant) at lam."""
+        tilted, untilted = np.zeros(lam.shape), np.zeros(lam.shape)
+        for (measure, count), log_z in zip(measures, log_zs):
+            tilted += count * (_log_mgf(measure, theta + lam) - log_z)
+            untilted += count * _log_mgf(measure, lam)
+        return tilted, untilted
+
+    lam = _chernoff_lambdas(measures, tail)
+    tilted_cumulant, cumulant = cumulants_at(lam)
     log_scale_floor = log_scale - theta * floor
     if log_scale_floor > _MAX_LOG_SCALE:
         raise LimitError(
             f"a tilt of {theta:.3g} would scale the composed measure by e^{log_scale_floor:.0f} at eps={floor:.6g} "
             f"(limit e^{_MAX_LOG_SCALE:.0f})"
         )
-    positive = lam > 0
     log_tail = math.log(tail) - max(log_scale_floor, 0.0)
+    added: list[np.ndarray] = []
+
+    def tilted_at(extra: np.ndarray) -> np.ndarray:
+        tilted, untilted = cumulants_at(extra)
+        added.append(untilted)
+        return tilted
+
+    lam, tilted_cumulant = refine_lambdas(lam, tilted_cumulant, log_tail, tilted_at)
+    cumulant = np.concatenate([cumulant, *added])
+    positive = lam > 0
     positions, masses, composed = fft_window(measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail)
     size = composed.size
     high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
