@@ -213,6 +213,8 @@ class Refined:
 _ROUNDOFF_SHARE = 0.1
 #: ... and then tilted no more than needed for the allowance to take at most this share
 _TILT_BUDGET = 0.05
+#: the refinement aims its width model at this share of the width asked for
+_AIM = 0.7
 
 
 def roundoff_in_delta(evaluation: Evaluation, epsilon: float) -> float:
@@ -316,7 +318,7 @@ def refine(
             if gain < 0.25 * (high - low):
                 break  # the upper chain has converged: the staged lower sets the width
             continue
-        factor = math.sqrt(0.5 * relative_accuracy * high / width) if width > 0 else 0.5
+        factor = math.sqrt(_AIM * relative_accuracy * high / width) if width > 0 else 0.5
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
         grid = evaluation.grid_size * step / new_step
         if grid > _DIRECT_LIMIT:
