@@ -14,6 +14,7 @@ import numpy as np
 from dpforge.accounting.prv.compose import compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import LAW_CACHE, GridMeasure, _bulk_quantiles, lower_measure, upper_measure
+from dpforge.accounting.prv.two_scale import split_point, two_scale_chunk
 from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
@@ -72,6 +73,9 @@ _RESOLUTION = 50.0
 
 _DIRECT_RESOLUTION = 25.0
 
+#: grid steps per robust standard deviation of one step's law on a staged chunk's fine grid
+_FINE_RESOLUTION = 50.0
+
 
 _DIRECT_LIMIT = 2**20
 
@@ -127,10 +131,19 @@ def _chunk(
     floating-point range) is moved up (upper law: below to the range's end, above to +inf)
     or dropped (lower law), each of which keeps the bound."""
     loss = component.privacy_loss_distribution(direction)
-    fine = atom_aligned_step([component], direction, bulk_spread(loss) / _RESOLUTION)
+    fine = atom_aligned_step([component], direction, bulk_spread(loss) / _FINE_RESOLUTION)
+    out = {}
+    if "lower" in kinds and not loss.atoms:
+        # a law with a thin tail far beyond its bulk: bulk on the fine grid, tail on the grid
+        cut = truncation(loss, tail / (10.0 * size))
+        split = split_point(loss, size, step, _bulk_quantiles(loss)[:2], cut.low, cut.high)
+        if split is not None:
+            out["lower"] = two_scale_chunk(loss, size, step, fine, cut.low, cut.high, *split, tail)
+            kinds = tuple(kind for kind in kinds if kind != "lower")
+    if not kinds:
+        return out
     part = [Component(component.mechanism, component.sampling_rate, size)]
     inner = discretise_all(part, direction, fine, tail, kinds, staged=False)
-    out = {}
     for kind in kinds:
         composed = compose(inner[kind], tail)
         law = composed.upper_loss() if kind == "upper" else composed.lower_loss()

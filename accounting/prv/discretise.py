@@ -216,7 +216,10 @@ def _choose_phase(loss: PrivacyLoss, step: float, low: float, high: float, candi
         anchor = atoms[0]
         margin = 256.0 * np.finfo(float).eps * max(1.0, max(abs(a) for a in atoms)) + 1e-9 * step
         return float((anchor - margin) % step)
-    q05, q95, tail_low, tail_high = _bulk_quantiles(loss)
+    # only laws of mechanisms are cached (a composed chunk's law is used once, and its
+    # arrays must not outlive the call)
+    quantiles = _bulk_quantiles if isinstance(loss, PrivacyLoss) else _bulk_quantiles.__wrapped__
+    q05, q95, tail_low, tail_high = quantiles(loss)
     if q95 - q05 > 200.0 * step:
         return 0.0  # the grid resolves the law: the offset does not matter
     # the excess that depends on the offset comes from where the law is steep on the grid
@@ -379,10 +382,25 @@ def lower_measure(loss: PrivacyLoss, step: float, low: float, high: float, phase
     k_lo = int(np.floor((low - phase) / step))
     k_hi = max(int(np.ceil((high - phase) / step)), k_lo + 1)
     grid = np.arange(k_lo, k_hi + 1) * step + phase
+    return lower_on_grid(loss, grid, k_lo, step, phase)
+
+
+def lower_on_grid(
+    loss: PrivacyLoss, grid: np.ndarray, k_lo: int, step: float, phase: float, include_above: bool = True
+) -> GridMeasure:
+    """:func:`lower_measure` on explicit cell edges ``grid`` (the lattice points
+    (k_lo + j) * step + phase, up to rounding): the cells (grid[j], grid[j+1]] are routed
+    and their labels rounded down.  Mass at or below grid[0] is dropped; mass above
+    grid[-1] joins the top label when ``include_above``, else it is dropped too (a
+    sub-measure: dropping mass only lowers the profile).  Two calls on grids that share
+    an edge therefore cover disjoint parts of the law (:mod:`.two_scale`)."""
     m, n = _cell_masses(loss, grid)
     up, down = _cell_weights(m, n, grid)
-    top_m = float(loss.sf(grid[-1], "P"))
-    top_n = float(loss.sf(grid[-1], "Q"))
+    if include_above:
+        top_m = float(loss.sf(grid[-1], "P"))
+        top_n = float(loss.sf(grid[-1], "Q"))
+    else:
+        top_m = top_n = 0.0
     top_up = max(top_m - top_n * np.exp(grid[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
     masses, floor_shift = _labels_rounded_down(m, n, pi, top_m, top_n, grid, k_lo, step, phase)

@@ -1,0 +1,214 @@
+"""A staged chunk's optimistic measure on two scales: a fine grid for the bulk of the
+law, the coarse grid for its tail.
+
+Why. A law narrower than the grid (a Poisson-subsampled step at small q) is composed in
+chunks on a finer grid before it is discretised onto the grid (:func:`.components._chunk`).
+The fine grid has to cover the whole one-step range, and subsampled laws carry a thin
+tail far beyond their bulk: at q = 1e-4, sigma = 0.6 the bulk is about 1e-4 wide and the
+tail reaches 3 nats, so every chunk took windows of 1-5 M fine points.
+
+How. Split the one-step law at a point ``split`` of the coarse grid into the sub-measure
+B of losses at or below it and R of losses above it: omega = B + R.  Profiles are linear
+in the measure and composition is bilinear, so a chunk of c steps is
+
+    omega^{*c} = sum_k C(c, k) B^{*(c-k)} * R^{*k},
+
+and for a lower bound any terms may be dropped (a sub-measure's profile is a lower bound
+at every eps).  So the chunk's optimistic measure is built as
+
+    M = sum_{k <= K} C(c, k) G_k * R~^{*k},
+
+with every factor a certified optimistic measure:
+
+* B~ and R~: the optimistic construction of :mod:`.discretise` restricted to each part
+  (:func:`.discretise.lower_on_grid` on cell edges that meet at ``split``, moved down to
+  the last point of the fine lattice: B on the fine lattice at its best phase, dropping
+  what lies above ``split``; R from ``split`` up, its first cell ending at the next
+  coarse point and its first label rounded down to the coarse point below ``split``).  A
+  randomised quantiser of a sub-measure is dominated by it (data processing holds for
+  the hockey-stick functional of any two non-negative measures), and rounding labels
+  down only lowers the profile.
+* G_k: B~^{*(c-k)} composed on the fine grid (:func:`.compose.compose`, its lower law:
+  round-off and aliased mass removed), then discretised onto the coarse grid by the same
+  optimistic construction at one common grid phase.
+* R~^{*k} and the sum: one FFT on a window that holds the whole support (no aliasing),
+  with the round-off allowance of :mod:`.compose` removed from every entry.
+* Terms k > K are dropped; K is the smallest with Pr(Binomial(c, rho) > K) <= 1e-3 of the
+  chunk's tail, rho = R's mass, so what is dropped is negligible next to delta.
+* Labels of different terms sit on the coarse lattice shifted down by tiny (1e-12) common
+  offsets that differ between terms; every term is placed on the lattice shifted by the
+  largest of them, which moves atoms down only.
+
+The fine grid now spans the bulk and ``split`` only (a few thousand points), and R is
+resolved on the coarse grid, where its smooth, wide law needs nothing finer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+from scipy import fft as sp_fft
+from scipy import special, stats
+
+from dpforge.accounting.prv.compose import _U, compose
+from dpforge.accounting.prv.discrete_loss import DiscreteLoss
+from dpforge.accounting.prv.discretise import GridMeasure, _choose_phase, lower_measure, lower_on_grid
+from dpforge.accounting.prv.limits import check_grid
+from dpforge.mechanisms.pairs import PrivacyLoss
+
+#: the tail part R of a chunk of c steps has mass rho with c * rho at most this
+_TAIL_EVENTS = 1e-3
+#: a chunk's law is re-discretised within this many nats of its centre (as in .components)
+_CENTRED_RANGE = 600.0
+
+
+def split_point(
+    loss: PrivacyLoss, chunk: int, step: float, bulk: tuple[float, float], low: float, high: float
+) -> tuple[float, str] | None:
+    """(split, side): the coarse-grid point beyond which one step's law has mass
+    rho <= _TAIL_EVENTS / chunk, on the side ("upper" or "lower") where the range reaches
+    further past the bulk (its 5 % and 95 % quantiles); None when the split would leave
+    under two coarse steps of tail."""
+    level = _TAIL_EVENTS / chunk
+    q05, q95 = bulk
+    if high - q95 >= q05 - low:
+        edge = loss.quantiles(upper_tails=(level,))[2][0]
+        split = math.ceil(max(edge, q95) / step) * step
+        return None if split >= high - 2.0 * step else (split, "upper")
+    edge = loss.quantiles(lower_tails=(level,))[1][0]
+    split = math.floor(min(edge, q05) / step) * step
+    return None if split <= low + 2.0 * step else (split, "lower")
+
+
+def _drop_count(chunk: int, rho: float, tail: float) -> int:
+    """Smallest K with Pr(Binomial(chunk, rho) > K) <= 1e-3 * tail (at least 1)."""
+    budget = 1e-3 * tail
+    for k in range(1, 64):
+        if stats.binom.sf(k, chunk, rho) <= budget:
+            return k
+    return 64
+
+
+def _centred_lower(law: DiscreteLoss, step: float, phase: float) -> GridMeasure:
+    """Optimistic measure of a composed law on the coarse grid at ``phase``, re-discretised
+    in coordinates centred on a whole number of steps near its mean (mass further than
+    ``_CENTRED_RANGE`` from the centre is dropped), then moved back (.components._chunk)."""
+    total = float(law.masses.sum())
+    whole = int(round(float(np.dot(law.masses, law.positions)) / total / step)) if total > 0 else 0
+    offsets = law.positions - whole * step
+    inside = np.abs(offsets) <= _CENTRED_RANGE
+    centred = DiscreteLoss(offsets[inside], law.masses[inside], 0.0)
+    low, high = float(centred.positions[0]), float(centred.positions[-1])
+    measure = lower_measure(centred, step, low, high, phase=phase)
+    return dataclasses.replace(measure, first_index=measure.first_index + whole)
+
+
+def two_scale_chunk(
+    loss: PrivacyLoss, chunk: int, step: float, fine: float, low: float, high: float, split: float, side: str, tail: float
+) -> GridMeasure:
+    """The optimistic measure of ``chunk`` steps of ``loss`` on the grid ``step`` (module
+    docstring): the bulk on the grid ``fine``, the tail beyond ``split`` on ``side`` on
+    the grid ``step``; the range is ``low`` to ``high``."""
+    if side == "upper":
+        bulk, rest, rho = _upper_split(loss, step, fine, low, high, split)
+    else:
+        bulk, rest, rho = _lower_split(loss, step, fine, low, high, split)
+    terms = min(_drop_count(chunk, rho, tail), chunk)
+    # G_k = B~^{*(chunk - k)} on the fine grid, then onto the coarse grid at one phase
+    inner_tail = tail / (10.0 * (terms + 1))
+    phase = None
+    coarse: list[GridMeasure] = []
+    for k in range(terms + 1):
+        law = compose([(bulk, chunk - k)], inner_tail).lower_loss()
+        if phase is None:
+            phase = _choose_phase(law, step, float(law.positions[0]), float(law.positions[-1]))
+        coarse.append(_centred_lower(law, step, phase))
+    return _sum_of_products(coarse, rest, chunk, terms)
+
+
+def _upper_split(
+    loss: PrivacyLoss, step: float, fine: float, low: float, high: float, split: float
+) -> tuple[GridMeasure, GridMeasure, float]:
+    """(B~, R~, rho) with R the losses above ``split`` (moved down to the fine lattice).
+
+    B~: fine cells up to split_f, the last point of the fine lattice at or below split, at
+    the lattice's best phase (subsampled laws pile up against an end of their support,
+    where the phase matters); what lies above split_f is dropped.  R~: the cell
+    (split_f, j_lo step], then the coarse cells above it (phase 0); its first label is
+    rounded down to (j_lo - 1) step <= split_f like every label to its point."""
+    phase_fine = _choose_phase(loss, fine, low, split)
+    k_hi = int(math.floor((split - phase_fine) / fine))
+    k_lo = min(int(math.floor((low - phase_fine) / fine)), k_hi - 1)
+    check_grid(k_hi - k_lo + 2, "the bulk grid of a two-scale chunk")
+    grid = np.arange(k_lo, k_hi + 1) * fine + phase_fine
+    split_f = float(grid[-1])
+    bulk = lower_on_grid(loss, grid, k_lo, fine, phase_fine, include_above=False)
+    j_lo = int(math.floor(split_f / step)) + 1
+    j_hi = max(int(math.ceil(high / step)), j_lo + 1)
+    check_grid(j_hi - j_lo + 3, "the tail grid of a two-scale chunk")
+    edges = np.concatenate([[split_f], np.arange(j_lo, j_hi + 1) * step])
+    rest = lower_on_grid(loss, edges, j_lo - 1, step, 0.0, include_above=True)
+    return bulk, rest, float(loss.sf(split_f, "P"))
+
+
+def _lower_split(
+    loss: PrivacyLoss, step: float, fine: float, low: float, high: float, split: float
+) -> tuple[GridMeasure, GridMeasure, float]:
+    """(B~, R~, rho) with R the losses at or below ``split`` (moved up to the fine lattice).
+
+    B~: fine cells from split_f, the first point of the fine lattice at or above split, at
+    the lattice's best phase, with the mass above the range in its top label.  R~: the
+    coarse cells (phase 0) from below ``low`` up to the last coarse point below split_f,
+    then the cell up to split_f; its top label is rounded down to a coarse point like
+    every label.  What lies at or below the first coarse edge is dropped."""
+    phase_fine = _choose_phase(loss, fine, split, high)
+    k_lo = int(math.ceil((split - phase_fine) / fine))
+    k_hi = max(int(math.ceil((high - phase_fine) / fine)), k_lo + 1)
+    check_grid(k_hi - k_lo + 2, "the bulk grid of a two-scale chunk")
+    grid = np.arange(k_lo, k_hi + 1) * fine + phase_fine
+    split_f = float(grid[0])
+    bulk = lower_on_grid(loss, grid, k_lo, fine, phase_fine, include_above=True)
+    i_lo = int(math.floor(low / step))
+    i_hi = int(math.ceil(split_f / step)) - 1  # the last coarse point strictly below split_f
+    if i_hi * step >= split_f:
+        i_hi -= 1
+    i_lo = min(i_lo, i_hi - 1)
+    check_grid(i_hi - i_lo + 3, "the tail grid of a two-scale chunk")
+    edges = np.concatenate([np.arange(i_lo, i_hi + 1) * step, [split_f]])
+    rest = lower_on_grid(loss, edges, i_lo, step, 0.0, include_above=False)
+    return bulk, rest, float(loss.cdf(split_f, "P"))
+
+
+def _sum_of_products(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int) -> GridMeasure:
+    """sum_k C(chunk, k) coarse[k] * rest^{*k} on one FFT window holding the whole
+    support, with the round-off allowance removed from every entry."""
+    step = rest.step
+    # every term on the lattice i * step - shift, shift the largest (atoms move down only)
+    shifts = [coarse[k].shift + k * rest.shift for k in range(terms + 1)]
+    shift = max(shifts)
+    first = min(coarse[k].first_index + k * rest.first_index for k in range(terms + 1))
+    last = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
+    check_grid(last - first + 1, "the window of a two-scale chunk")
+    size = sp_fft.next_fast_len(last - first + 1, real=True)
+    rest_row = np.zeros(size)
+    rest_row[: rest.masses.size] = rest.masses
+    rest_spectrum = sp_fft.rfft(rest_row)
+    total = np.zeros(size // 2 + 1, dtype=complex)
+    power = np.ones(size // 2 + 1, dtype=complex)
+    for k in range(terms + 1):
+        if k > 0:
+            power = power * rest_spectrum
+        row = np.zeros(size)
+        offset = coarse[k].first_index + k * rest.first_index - first
+        row[offset : offset + coarse[k].masses.size] = coarse[k].masses
+        weight = math.exp(special.gammaln(chunk + 1) - special.gammaln(k + 1) - special.gammaln(chunk - k + 1))
+        total += weight * sp_fft.rfft(row) * power
+    raw = sp_fft.irfft(total, size)
+    masses = raw[: last - first + 1]
+    # the allowance of .compose: a model of the FFT's error (products of terms + 2
+    # transforms and a sum of terms + 1), or twice the most negative entry if larger
+    roundoff = max(_U * (4.0 * (terms + 2) + math.log2(size)) * float(np.max(raw)), 2.0 * max(-float(np.min(raw)), 0.0))
+    masses = np.maximum(masses - roundoff, 0.0)
+    return GridMeasure(first, masses, step, shift, 0.0)

@@ -1,0 +1,73 @@
+"""Two-scale staged chunks: the bulk on a fine grid, the thin tail on the coarse grid."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpforge.accounting.prv import components as comps
+from dpforge.accounting.prv import two_scale
+from dpforge.mechanisms import Composed, Gaussian, PoissonSampled, flatten
+
+DELTA_EPS = (0.0, 0.01, 0.05, 0.1, 0.3, 1.0)
+
+
+def _profile(measure, eps_values):
+    x, m = measure.positions, measure.masses
+    return np.array([float(np.sum(m[x > e] * -np.expm1(e - x[x > e]))) for e in eps_values])
+
+
+def _chunks(direction, sigma=0.6, rate=1e-4, size=5617, step=1.76e-4):
+    component = flatten(Composed([(PoissonSampled(Gaussian(sigma), rate), 10 * size)]))[0]
+    tail = 1e-16
+    two = comps._chunk(component, direction, size, step, tail, ("lower", "upper"))
+    original = comps.split_point
+    comps.split_point = lambda *args, **kwargs: None  # the single-scale chunk
+    try:
+        single = comps._chunk(component, direction, size, step, tail, ("lower",))
+    finally:
+        comps.split_point = original
+    return two, single
+
+
+@pytest.mark.parametrize("direction", ["remove", "add"])
+def test_two_scale_chunk_is_below_the_upper_chunk_and_as_tight_as_one_scale(direction):
+    two, single = _chunks(direction)
+    lower, upper, old = (_profile(m, DELTA_EPS) for m in (two["lower"], two["upper"], single["lower"]))
+    assert np.all(lower <= upper)
+    # as tight as the single-scale chunk (whose fine grid spans the whole range)
+    assert np.all(lower >= old * (1 - 1e-5) - 1e-15)
+    # and close to the upper chunk where delta is not tiny
+    big = upper > 1e-6
+    assert np.all((upper[big] - lower[big]) / upper[big] < 5e-3)
+    mean = lambda m: float(np.dot(m.masses, m.positions))  # noqa: E731
+    assert mean(two["lower"]) == pytest.approx(mean(single["lower"]), rel=1e-4)
+
+
+@pytest.mark.parametrize("direction, side", [("remove", "upper"), ("add", "lower")])
+def test_split_parts_partition_the_law(direction, side):
+    """B and R cover disjoint cells that meet at the split: their masses add up to the
+    law's mass on the range, never more."""
+    loss = flatten(PoissonSampled(Gaussian(0.6), 1e-4))[0].privacy_loss_distribution(direction)
+    step, size = 1.76e-4, 5617
+    cut = comps.truncation(loss, 1e-20)
+    split, found_side = two_scale.split_point(loss, size, step, comps._bulk_quantiles(loss)[:2], cut.low, cut.high)
+    assert found_side == side
+    fine = comps.bulk_spread(loss) / comps._FINE_RESOLUTION
+    make = two_scale._upper_split if side == "upper" else two_scale._lower_split
+    bulk, rest, rho = make(loss, step, fine, cut.low, cut.high, split)
+    assert 0 < rho <= two_scale._TAIL_EVENTS / size * 1.01
+    covered = float(bulk.masses.sum() + rest.masses.sum())
+    in_range = 1.0 - float(loss.cdf(np.floor(cut.low / step) * step if side == "lower" else cut.low))
+    assert covered <= in_range * (1 + 1e-12)
+    assert covered == pytest.approx(in_range, abs=1e-12)
+    assert float(rest.masses.sum()) == pytest.approx(rho, rel=1e-6)
+
+
+def test_drop_count_leaves_a_negligible_binomial_tail():
+    from scipy import stats
+
+    for chunk, rho, tail in ((5617, 1.8e-7, 1e-16), (100, 1e-5, 1e-20), (10_000, 1e-7, 1e-30)):
+        k = two_scale._drop_count(chunk, rho, tail)
+        assert stats.binom.sf(k, chunk, rho) <= 1e-3 * tail
+        assert k == 1 or stats.binom.sf(k - 1, chunk, rho) > 1e-3 * tail
