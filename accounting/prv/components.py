@@ -112,8 +112,19 @@ def single_step_moments(loss: PrivacyLoss, tail: float) -> tuple[float, float, f
     return mean, float(np.dot(m, (x - mean) ** 2)), span
 
 
-def _direct(loss, step: float, cut: Truncation, kinds: Sequence[str]) -> dict[str, GridMeasure]:
-    return {kind: (upper_measure if kind == "upper" else lower_measure)(loss, step, cut.low, cut.high) for kind in kinds}
+#: a component of at least this many steps gets its optimistic grid phase searched with
+#: zoom passes (.discretise._choose_phase): it pays the rounding once per step
+_ZOOM_COUNT = 10_000
+
+
+def _direct(loss, step: float, cut: Truncation, kinds: Sequence[str], count: int = 1) -> dict[str, GridMeasure]:
+    out = {}
+    for kind in kinds:
+        if kind == "upper":
+            out[kind] = upper_measure(loss, step, cut.low, cut.high)
+        else:
+            out[kind] = lower_measure(loss, step, cut.low, cut.high, zoom=2 if count >= _ZOOM_COUNT else 0)
+    return out
 
 
 def _chunk(
@@ -190,7 +201,7 @@ def discretise_all(
             if 0 < spread < _DIRECT_RESOLUTION * step:
                 chunk = min(component.count, int(math.ceil((_RESOLUTION * step / spread) ** 2)))
         if chunk < _MIN_CHUNK:
-            built = _direct(loss, step, cut, kinds)
+            built = _direct(loss, step, cut, kinds, component.count)
             for kind in kinds:
                 out[kind].append((built[kind], component.count))
             continue

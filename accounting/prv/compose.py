@@ -307,6 +307,10 @@ class ComposedMeasure:
     def lower_loss(self) -> DiscreteLoss:
         """A measure dominated by the composed law at every eps: round-off removed, and
         mass as large as all that can have been aliased in removed from the top."""
+        return DiscreteLoss(self.positions, self.lower_masses(), 0.0)
+
+    def lower_masses(self) -> np.ndarray:
+        """The masses of :meth:`lower_loss` at ``positions``."""
         masses = np.maximum(self.masses - self.roundoff, 0.0)
         remove = self.above + self.below
         tail = np.cumsum(masses[::-1])
@@ -315,7 +319,7 @@ class ComposedMeasure:
             raise ParameterError("composed measure has less mass than its aliasing bound")
         masses[masses.size - cut :] = 0.0
         masses[masses.size - 1 - cut] = tail[cut] - remove
-        return DiscreteLoss(self.positions, masses, 0.0)
+        return masses
 
 
 def composed_infinity(measures: Sequence[tuple[GridMeasure, int]]) -> float:
@@ -407,3 +411,64 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
     return ComposedMeasure(positions, masses, above, below, infinity, _roundoff_per_entry(composed, total_count), composed.size)
+
+
+def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> list[ComposedMeasure]:
+    """:func:`compose` of ``count`` copies of one measure for every count in ``counts``,
+    from one transform: the window is the widest of their Chernoff windows, each power is
+    the transform raised to its count, and each result carries its own aliasing bounds,
+    mass at +inf and round-off allowance, exactly as its own :func:`compose` call would.
+    The results come in increasing order of count."""
+    step = measure.step
+    log_tail = math.log(tail)
+    largest = max(counts)
+    lam = _chernoff_lambdas([(measure, largest)], tail)
+    lam, unit = refine_lambdas(lam, _log_mgf(measure, lam), log_tail / largest, lambda extra: _log_mgf(measure, extra))
+    positive = lam > 0
+    edges = {}
+    with np.errstate(invalid="ignore"):
+        for count in counts:
+            cumulant = count * unit
+            edges[count] = (
+                float(np.max((cumulant[~positive] - log_tail) / lam[~positive])),
+                float(np.min((cumulant[positive] - log_tail) / lam[positive])),
+            )
+    centre = int(round(measure.mean_index()))
+    offset = centre * step - measure.shift
+    # the window must hold every count's spread around its own centre (count * offset)
+    spread = max(top - count * offset for count, (_, top) in edges.items()) - min(
+        bottom - count * offset for count, (bottom, _) in edges.items()
+    )
+    if not math.isfinite(spread) or spread <= 0:
+        raise ParameterError("composed privacy loss has no mass on the grid; check the mechanism parameters")
+    check_grid(spread / step + 3, "the FFT window of the composition")
+    size = sp_fft.next_fast_len(int(math.ceil(spread / step)) + 3, real=True)
+    row = np.zeros(size)
+    _place(row, measure.masses, measure.first_index - centre)
+    transform = sp_fft.rfft(row)
+    out = []
+    power, power_count = None, 0
+    for count in sorted(counts):
+        bottom, _ = edges[count]
+        cumulant = count * unit
+        # the smallest count by numpy's power, each next one by further multiplications
+        if power is None or count - power_count > 8:
+            power = transform**count
+        else:
+            for _ in range(count - power_count):
+                power = power * transform
+        power_count = count
+        composed = sp_fft.irfft(power, size)
+        base = count * offset
+        first = int(math.floor((bottom - base) / step))
+        offsets = np.arange(first, first + size)
+        positions = base + offsets * step
+        above = float(np.exp(np.min(cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
+        below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
+        infinity = composed_infinity([(measure, count)])
+        out.append(
+            ComposedMeasure(
+                positions, composed[offsets % size], above, below, infinity, _roundoff_per_entry(composed, count), size
+            )
+        )
+    return out

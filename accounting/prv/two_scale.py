@@ -28,7 +28,7 @@ with every factor a certified optimistic measure:
   randomised quantiser of a sub-measure is dominated by it (data processing holds for
   the hockey-stick functional of any two non-negative measures), and rounding labels
   down only lowers the profile.
-* G_k: B~^{*(c-k)} composed on the fine grid (:func:`.compose.compose`, its lower law:
+* G_k: B~^{*(c-k)} composed on the fine grid (:func:`.compose.compose_powers`, its lower law:
   round-off and aliased mass removed), then discretised onto the coarse grid by the same
   optimistic construction at one common grid phase.
 * R~^{*k} and the sum: one FFT on a window that holds the whole support (no aliasing),
@@ -52,7 +52,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy import special, stats
 
-from dpforge.accounting.prv.compose import _U, compose
+from dpforge.accounting.prv.compose import _U, compose_powers
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, _choose_phase, lower_measure, lower_on_grid
 from dpforge.accounting.prv.limits import check_grid
@@ -60,6 +60,9 @@ from dpforge.mechanisms.pairs import PrivacyLoss
 
 #: the tail part R of a chunk of c steps has mass rho with c * rho at most this
 _TAIL_EVENTS = 1e-3
+#: zoom passes of the bulk's phase search (.discretise._choose_phase): a chunk of c steps
+#: pays the bulk's rounding c times, so its phase is searched to 1/(24 * 12^2) of a step
+_ZOOM = 2
 #: a chunk's law is re-discretised within this many nats of its centre (as in .components)
 _CENTRED_RANGE = 600.0
 
@@ -91,17 +94,22 @@ def _drop_count(chunk: int, rho: float, tail: float) -> int:
     return 64
 
 
-def _centred_lower(law: DiscreteLoss, step: float, phase: float) -> GridMeasure:
-    """Optimistic measure of a composed law on the coarse grid at ``phase``, re-discretised
-    in coordinates centred on a whole number of steps near its mean (mass further than
-    ``_CENTRED_RANGE`` from the centre is dropped), then moved back (.components._chunk)."""
-    total = float(law.masses.sum())
-    whole = int(round(float(np.dot(law.masses, law.positions)) / total / step)) if total > 0 else 0
-    offsets = law.positions - whole * step
+def _centred_law(positions: np.ndarray, masses: np.ndarray, step: float) -> tuple[DiscreteLoss, int]:
+    """(the law moved by a whole number K of ``step`` near its mean, K): mass further than
+    ``_CENTRED_RANGE`` from there is dropped (as in .components._chunk: the Q-masses
+    m e^{-x} of a chunk's law can leave the floating-point range, and
+    delta_{L - c}(eps) = delta_L(eps + c))."""
+    total = float(masses.sum())
+    whole = int(round(float(np.dot(masses, positions)) / total / step)) if total > 0 else 0
+    offsets = positions - whole * step
     inside = np.abs(offsets) <= _CENTRED_RANGE
-    centred = DiscreteLoss(offsets[inside], law.masses[inside], 0.0)
-    low, high = float(centred.positions[0]), float(centred.positions[-1])
-    measure = lower_measure(centred, step, low, high, phase=phase)
+    return DiscreteLoss(offsets[inside], masses[inside], 0.0), whole
+
+
+def _coarse_lower(law: DiscreteLoss, whole: int, step: float, phase: float) -> GridMeasure:
+    """The optimistic measure of a centred law on the coarse grid at ``phase``, moved back."""
+    low, high = float(law.positions[0]), float(law.positions[-1])
+    measure = lower_measure(law, step, low, high, phase=phase)
     return dataclasses.replace(measure, first_index=measure.first_index + whole)
 
 
@@ -120,11 +128,11 @@ def two_scale_chunk(
     inner_tail = tail / (10.0 * (terms + 1))
     phase = None
     coarse: list[GridMeasure] = []
-    for k in range(terms + 1):
-        law = compose([(bulk, chunk - k)], inner_tail).lower_loss()
-        if phase is None:
+    for composed in reversed(compose_powers(bulk, [chunk - k for k in range(terms + 1)], inner_tail)):
+        law, whole = _centred_law(composed.positions, composed.lower_masses(), step)
+        if phase is None:  # one phase for every term, so that their sum lies on one lattice
             phase = _choose_phase(law, step, float(law.positions[0]), float(law.positions[-1]))
-        coarse.append(_centred_lower(law, step, phase))
+        coarse.append(_coarse_lower(law, whole, step, phase))
     return _sum_of_products(coarse, rest, chunk, terms)
 
 
@@ -134,11 +142,11 @@ def _upper_split(
     """(B~, R~, rho) with R the losses above ``split`` (moved down to the fine lattice).
 
     B~: fine cells up to split_f, the last point of the fine lattice at or below split, at
-    the lattice's best phase (subsampled laws pile up against an end of their support,
-    where the phase matters); what lies above split_f is dropped.  R~: the cell
+    the lattice's best phase, searched with ``_ZOOM`` zoom passes (subsampled laws pile up
+    against an end of their support, where the phase matters); what lies above split_f is dropped.  R~: the cell
     (split_f, j_lo step], then the coarse cells above it (phase 0); its first label is
     rounded down to (j_lo - 1) step <= split_f like every label to its point."""
-    phase_fine = _choose_phase(loss, fine, low, split)
+    phase_fine = _choose_phase(loss, fine, low, split, zoom=_ZOOM)
     k_hi = int(math.floor((split - phase_fine) / fine))
     k_lo = min(int(math.floor((low - phase_fine) / fine)), k_hi - 1)
     check_grid(k_hi - k_lo + 2, "the bulk grid of a two-scale chunk")
@@ -163,7 +171,7 @@ def _lower_split(
     coarse cells (phase 0) from below ``low`` up to the last coarse point below split_f,
     then the cell up to split_f; its top label is rounded down to a coarse point like
     every label.  What lies at or below the first coarse edge is dropped."""
-    phase_fine = _choose_phase(loss, fine, split, high)
+    phase_fine = _choose_phase(loss, fine, split, high, zoom=_ZOOM)
     k_lo = int(math.ceil((split - phase_fine) / fine))
     k_hi = max(int(math.ceil((high - phase_fine) / fine)), k_lo + 1)
     check_grid(k_hi - k_lo + 2, "the bulk grid of a two-scale chunk")

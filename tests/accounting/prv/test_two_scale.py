@@ -40,8 +40,12 @@ def test_two_scale_chunk_is_below_the_upper_chunk_and_as_tight_as_one_scale(dire
     # and close to the upper chunk where delta is not tiny
     big = upper > 1e-6
     assert np.all((upper[big] - lower[big]) / upper[big] < 5e-3)
+    # a chunk of c steps pays the bulk grid's rounding c times: with its phase searched
+    # finely (zoom passes), the lower chunk's mean is within 1e-3 of the upper chunk's
+    # (the one-scale chunk, with the plain phase search, was 1.7 % below)
     mean = lambda m: float(np.dot(m.masses, m.positions))  # noqa: E731
-    assert mean(two["lower"]) == pytest.approx(mean(single["lower"]), rel=1e-4)
+    assert mean(single["lower"]) * (1 - 1e-4) <= mean(two["lower"]) <= mean(two["upper"])
+    assert mean(two["upper"]) - mean(two["lower"]) <= 1e-3 * mean(two["upper"])
 
 
 @pytest.mark.parametrize("direction, side", [("remove", "upper"), ("add", "lower")])
