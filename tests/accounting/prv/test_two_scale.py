@@ -75,3 +75,23 @@ def test_drop_count_leaves_a_negligible_binomial_tail():
         k = two_scale._drop_count(chunk, rho, tail)
         assert stats.binom.sf(k, chunk, rho) <= 1e-3 * tail
         assert k == 1 or stats.binom.sf(k - 1, chunk, rho) > 1e-3 * tail
+
+
+def test_compose_powers_equals_one_compose_per_count():
+    """One transform raised to several counts gives each count's own composition: the
+    same profile, aliasing bounds, +inf mass and round-off allowance as compose()."""
+    from dpforge.accounting.prv.compose import compose, compose_powers
+    from dpforge.accounting.prv.discretise import lower_measure
+
+    loss = flatten(PoissonSampled(Gaussian(0.9), 0.02))[0].privacy_loss_distribution("remove")
+    measure = lower_measure(loss, 2e-3, loss.lower_quantile(1e-12), loss.upper_quantile(1e-12))
+    counts = [300, 297, 299, 298]
+    powers = compose_powers(measure, counts, 1e-14)
+    for count, together in zip(sorted(counts), powers):
+        alone = compose([(measure, count)], 1e-14)
+        for eps in (0.0, 0.5, 1.0, 2.0):
+            assert together.lower_profile().delta(eps) == pytest.approx(alone.lower_profile().delta(eps), rel=1e-9, abs=1e-15)
+            assert together.upper_profile().delta(eps) == pytest.approx(alone.upper_profile().delta(eps), rel=1e-9, abs=1e-15)
+        assert together.infinity == alone.infinity
+        assert together.roundoff == pytest.approx(alone.roundoff, rel=0.5)
+        assert together.above + together.below <= 10 * (alone.above + alone.below) + 1e-300
