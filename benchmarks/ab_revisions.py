@@ -2,7 +2,7 @@
 """Side-by-side timing of two revisions of dpforge on the engines' workloads.
 
     python benchmarks/ab_revisions.py --base REV [--repeats 5] [--json-out FILE]
-    python benchmarks/ab_revisions.py --base REV --scale --repeats 1   # S1 and S2, CPU time
+    python benchmarks/ab_revisions.py --base REV --scale --repeats 1   # S1, S2, S3, CPU time
 
 Checks REV out into a temporary git worktree and times the working tree ("head") against
 it: for every workload and repeat, one fresh process per revision, alternating head and
@@ -34,13 +34,15 @@ WORKLOADS = [
     ("C1 calibrate σ q=0.004 T=1e4 ε=3", "calibrate", "prv"),
 ]
 
-#: --scale: the long run and the many-phase ledger of ``compare_peers.py`` (S1, S2); one
-#: timed call each, in CPU time (they take seconds, and CPU time does not count the waits
+#: --scale: the long run and the many-phase ledgers of ``compare_peers.py`` (S1, S2, S3);
+#: one timed call each, in CPU time (they take seconds, and CPU time does not count the waits
 #: of a machine shared with other jobs)
 SCALE_WORKLOADS = [
     ("S1 Gaussian σ=0.6 q=1e-4 T=1e6", "m.Composed([(m.PoissonSampled(m.Gaussian(0.6), 1e-4), 1_000_000)])", "prv"),
     ("S2 1,000 phases σᵢ=0.8+0.4i/999 q=0.01 ×10",
      "m.Composed([(m.PoissonSampled(m.Gaussian(0.8 + 0.4 * i / 999), 0.01), 10) for i in range(1000)])", "prv"),
+    ("S3 10,000 single steps σᵢ=0.8+0.4i/9999 q=0.01",
+     "m.Composed([(m.PoissonSampled(m.Gaussian(0.8 + 0.4 * i / 9999), 0.01), 1) for i in range(10000)])", "prv"),
 ]
 
 CHILD = r"""
@@ -91,7 +93,7 @@ def main() -> int:
     parser.add_argument("--base", required=True, help="git revision to compare the working tree against")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--json-out")
-    parser.add_argument("--scale", action="store_true", help="time S1 and S2 (one call each, CPU time) instead")
+    parser.add_argument("--scale", action="store_true", help="time S1, S2 and S3 (one call each, CPU time) instead")
     args = parser.parse_args()
     workloads = SCALE_WORKLOADS if args.scale else WORKLOADS
     rows = []
