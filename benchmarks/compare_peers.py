@@ -967,7 +967,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per (workload, tool); median reported")
     parser.add_argument("--scale-repeats", type=int, default=1,
-                        help="cap on repeats for the scale workloads S1/S2 (default 1; they take minutes)")
+                        help="cap on repeats for the scale workloads S1-S3 (default 1; they take seconds to minutes)")
     parser.add_argument("--quick", action="store_true", help="repeats=1 and skip the slowest peers")
     parser.add_argument(
         "--skip",
@@ -977,7 +977,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--only", default=None, help="comma-separated workloads, e.g. W1,W2,C1 (default: all)")
     parser.add_argument("--timeout", type=float, default=300.0,
-                        help="per-call timeout in seconds for S1/S2 (run in a child process)")
+                        help="per-call timeout in seconds for S1-S3 (run in a child process)")
     parser.add_argument("--json-out", type=Path, default=DEFAULT_JSON, help=f"JSON output (default {DEFAULT_JSON})")
     args = parser.parse_args(argv)
     if args.quick:
