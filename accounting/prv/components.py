@@ -14,7 +14,7 @@ import numpy as np
 from dpforge.accounting.prv.compose import compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import LAW_CACHE, GridMeasure, _bulk_quantiles, lower_measure, upper_measure
-from dpforge.accounting.prv.two_scale import split_point, two_scale_chunk
+from dpforge.accounting.prv.two_scale import split_point, two_scale_chunks
 from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, PrivacyLoss
@@ -141,18 +141,38 @@ def _chunk(
     Mass further than ``_CENTRED_RANGE`` from the centre (where e^{-x} leaves the
     floating-point range) is moved up (upper law: below to the range's end, above to +inf)
     or dropped (lower law), each of which keeps the bound."""
+    return _chunks(component, direction, [size], step, tail, kinds)[size]
+
+
+def _chunks(
+    component: Component, direction: Direction, sizes: Sequence[int], step: float, tail: float, kinds: Sequence[str]
+) -> dict[int, dict[str, GridMeasure]]:
+    """:func:`_chunk` for every size in ``sizes``; the lower measures of a law with a thin
+    tail far beyond its bulk come from one two-scale computation for all sizes
+    (:func:`.two_scale.two_scale_chunks`: the bulk on the fine grid, the tail on the grid)."""
     loss = component.privacy_loss_distribution(direction)
     fine = atom_aligned_step([component], direction, bulk_spread(loss) / _FINE_RESOLUTION)
-    out = {}
+    out: dict[int, dict[str, GridMeasure]] = {size: {} for size in sizes}
     if "lower" in kinds and not loss.atoms:
-        # a law with a thin tail far beyond its bulk: bulk on the fine grid, tail on the grid
-        cut = truncation(loss, tail / (10.0 * size))
-        split = split_point(loss, size, step, _bulk_quantiles(loss)[:2], cut.low, cut.high)
+        largest = max(sizes)
+        cut = truncation(loss, tail / (10.0 * largest))
+        split = split_point(loss, largest, step, _bulk_quantiles(loss)[:2], cut.low, cut.high)
         if split is not None:
-            out["lower"] = two_scale_chunk(loss, size, step, fine, cut.low, cut.high, *split, tail)
+            for size, measure in two_scale_chunks(loss, list(sizes), step, fine, cut.low, cut.high, *split, tail).items():
+                out[size]["lower"] = measure
             kinds = tuple(kind for kind in kinds if kind != "lower")
-    if not kinds:
-        return out
+    for size in sizes:
+        if kinds:
+            out[size].update(_one_scale_chunk(component, direction, size, step, fine, tail, kinds))
+    return out
+
+
+def _one_scale_chunk(
+    component: Component, direction: Direction, size: int, step: float, fine: float, tail: float, kinds: Sequence[str]
+) -> dict[str, GridMeasure]:
+    """``size`` steps composed on the grid ``fine`` over the whole range, then discretised
+    onto ``step`` (:func:`_chunk`)."""
+    out = {}
     part = [Component(component.mechanism, component.sampling_rate, size)]
     inner = discretise_all(part, direction, fine, tail, kinds, staged=False)
     for kind in kinds:
@@ -187,8 +207,9 @@ def discretise_all(
     """Discretise every component for each requested bound kind ('upper', 'lower').
 
     A component whose one-step loss is narrow compared with ``step`` is first composed
-    in chunks of k steps on a grid fine enough for it (k chosen so that a chunk spans
-    about ``_RESOLUTION`` steps), and the chunk's composed law is discretised instead.
+    in chunks of about k steps on a grid fine enough for it (k chosen so that a chunk
+    spans about ``_RESOLUTION`` steps; the count is split into ceil(count / k) chunks of
+    two neighbouring sizes), and the chunks' composed laws are discretised instead.
     """
     total = sum(c.count for c in components)
     out: dict[str, list[tuple[GridMeasure, int]]] = {k: [] for k in kinds}
@@ -205,17 +226,16 @@ def discretise_all(
             for kind in kinds:
                 out[kind].append((built[kind], component.count))
             continue
-        chunks, rest = divmod(component.count, chunk)
-        inner_tail = tail / (100.0 * (chunks + 1))
-        for size, times in ((chunk, chunks), (rest, 1)):
-            if times == 0 or size == 0:
-                continue
-            if size > 1:
-                built = _chunk(component, direction, size, step, inner_tail, kinds)
-            else:
-                built = _direct(loss, step, cut, kinds)
+        # ceil(count / chunk) pieces of two neighbouring sizes (no remainder chunk): they
+        # share one two-scale computation
+        pieces = -(-component.count // chunk)
+        base, extra = divmod(component.count, pieces)
+        plan = [(size, times) for size, times in ((base + 1, extra), (base, pieces - extra)) if times > 0]
+        inner_tail = tail / (100.0 * (pieces + 1))
+        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds)
+        for size, times in plan:
             for kind in kinds:
-                out[kind].append((built[kind], times))
+                out[kind].append((built[size][kind], times))
     return out
 
 

@@ -33,8 +33,10 @@ with every factor a certified optimistic measure:
   optimistic construction at one common grid phase.
 * R~^{*k} and the sum: one FFT on a window that holds the whole support (no aliasing),
   with the round-off allowance of :mod:`.compose` removed from every entry.
-* Terms k > K are dropped; K is the smallest with Pr(Binomial(c, rho) > K) <= 1e-3 of the
-  chunk's tail, rho = R's mass, so what is dropped is negligible next to delta.
+* Terms k > K are dropped; K is the smallest with Pr(Binomial(c, rho) > K) <= the chunk's
+  tail, rho = R's mass (the chunk's tail is already a hundredth of the composition's tail
+  over the number of chunks, which is 1e-4 of delta), so what is dropped is negligible
+  next to delta.
 * Labels of different terms sit on the coarse lattice shifted down by tiny (1e-12) common
   offsets that differ between terms; every term is placed on the lattice shifted by the
   largest of them, which moves atoms down only.
@@ -86,8 +88,8 @@ def split_point(
 
 
 def _drop_count(chunk: int, rho: float, tail: float) -> int:
-    """Smallest K with Pr(Binomial(chunk, rho) > K) <= 1e-3 * tail (at least 1)."""
-    budget = 1e-3 * tail
+    """Smallest K with Pr(Binomial(chunk, rho) > K) <= tail (at least 1)."""
+    budget = tail
     for k in range(1, 64):
         if stats.binom.sf(k, chunk, rho) <= budget:
             return k
@@ -113,27 +115,46 @@ def _coarse_lower(law: DiscreteLoss, whole: int, step: float, phase: float) -> G
     return dataclasses.replace(measure, first_index=measure.first_index + whole)
 
 
-def two_scale_chunk(
-    loss: PrivacyLoss, chunk: int, step: float, fine: float, low: float, high: float, split: float, side: str, tail: float
-) -> GridMeasure:
-    """The optimistic measure of ``chunk`` steps of ``loss`` on the grid ``step`` (module
-    docstring): the bulk on the grid ``fine``, the tail beyond ``split`` on ``side`` on
-    the grid ``step``; the range is ``low`` to ``high``."""
+def two_scale_chunks(
+    loss: PrivacyLoss,
+    sizes: list[int],
+    step: float,
+    fine: float,
+    low: float,
+    high: float,
+    split: float,
+    side: str,
+    tail: float,
+) -> dict[int, GridMeasure]:
+    """The optimistic measure of a chunk of each size in ``sizes`` steps of ``loss`` on the
+    grid ``step`` (module docstring): the bulk on the grid ``fine``, the tail beyond
+    ``split`` on ``side`` on the grid ``step``; the range is ``low`` to ``high``.  Chunks
+    of nearby sizes share B~, R~ and one transform for every G_k; K is set by the largest
+    (the Binomial tail grows with the size)."""
     if side == "upper":
         bulk, rest, rho = _upper_split(loss, step, fine, low, high, split)
     else:
         bulk, rest, rho = _lower_split(loss, step, fine, low, high, split)
-    terms = min(_drop_count(chunk, rho, tail), chunk)
-    # G_k = B~^{*(chunk - k)} on the fine grid, then onto the coarse grid at one phase
-    inner_tail = tail / (10.0 * (terms + 1))
+    terms = min(_drop_count(max(sizes), rho, tail), min(sizes))
+    counts = sorted({size - k for size in sizes for k in range(terms + 1)})
+    # G_n = B~^{*n} on the fine grid, then onto the coarse grid at one phase (the largest
+    # count's), so that every term of every chunk lies on one lattice
+    inner_tail = tail / (10.0 * len(counts))
     phase = None
-    coarse: list[GridMeasure] = []
-    for composed in reversed(compose_powers(bulk, [chunk - k for k in range(terms + 1)], inner_tail)):
+    coarse: dict[int, GridMeasure] = {}
+    for count, composed in reversed(list(zip(counts, compose_powers(bulk, counts, inner_tail)))):
         law, whole = _centred_law(composed.positions, composed.lower_masses(), step)
-        if phase is None:  # one phase for every term, so that their sum lies on one lattice
+        if phase is None:
             phase = _choose_phase(law, step, float(law.positions[0]), float(law.positions[-1]))
-        coarse.append(_coarse_lower(law, whole, step, phase))
-    return _sum_of_products(coarse, rest, chunk, terms)
+        coarse[count] = _coarse_lower(law, whole, step, phase)
+    return {size: _sum_of_products([coarse[size - k] for k in range(terms + 1)], rest, size, terms) for size in sizes}
+
+
+def two_scale_chunk(
+    loss: PrivacyLoss, chunk: int, step: float, fine: float, low: float, high: float, split: float, side: str, tail: float
+) -> GridMeasure:
+    """:func:`two_scale_chunks` for one chunk size."""
+    return two_scale_chunks(loss, [chunk], step, fine, low, high, split, side, tail)[chunk]
 
 
 def _upper_split(
