@@ -11,7 +11,7 @@ import math
 from typing import Sequence
 
 from dpforge.accounting.prv import limits
-from dpforge.accounting.prv.evaluate import Evaluation, Refined, initial_step, refine
+from dpforge.accounting.prv.evaluate import Evaluation, Refined, probe_step, refine
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
@@ -103,7 +103,7 @@ def _epsilon(
         step = require_positive("step", step)
         first, max_refinements = step, 0
     else:
-        first = initial_step(components, delta, relative_accuracy, tail)
+        first = probe_step(components, delta, relative_accuracy, tail)
     refined = refine(
         components,
         first,
@@ -167,7 +167,7 @@ def delta_evaluation(
     if step is not None:
         first, max_refinements = require_positive("step", step), 0
     else:
-        first = initial_step(components, 1e-6, relative_accuracy, tail)
+        first = probe_step(components, 1e-6, relative_accuracy, tail)
     return refine(
         components,
         first,
