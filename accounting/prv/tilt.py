@@ -116,10 +116,15 @@ def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, bu
     at most ``budget`` to delta(eps).
 
     Each kept entry y > eps carries r~ S(y) = r~ S(eps) e^{-theta (y - eps)} of allowance
-    with r~ <= u (T + 64) (a tilted measure has total mass 1, so every entry is at most 1,
-    and log2 of any window is below 64), weighted by 1 - e^{eps - y} <= y - eps; summed over
-    the grid y = eps + j h that is at most r~ S(eps) sum_j j h e^{-theta j h}
-    <= r~ S(eps) e^{theta h} / (theta^2 h)."""
+    with r~ = u (T + log2 n) max p~ <= u (T + 64) for the model part of the allowance (a
+    tilted measure has total mass 1, so every entry is at most 1, and log2 of any window is
+    below 64), weighted by 1 - e^{eps - y} <= y - eps; summed over the grid y = eps + j h
+    that is at most r~ S(eps) sum_j j h e^{-theta j h} <= r~ S(eps) e^{theta h} / (theta^2 h).
+
+    This only sets how far to tilt.  When the allowance's other witness (twice the most
+    negative FFT entry, :func:`compose_tilted`) is the larger one, the allowance can take
+    more than the budget: the bracket is then wider, never wrong, and a result looser than
+    asked says so (``accuracy["reached"]`` and a ``DpforgeAccuracyWarning``)."""
     step = measures[0][0].step
     steps = sum(count for _, count in measures)
     roundoff = _U * (steps + 64.0)

@@ -150,13 +150,6 @@ def two_scale_chunks(
     return {size: _sum_of_products([coarse[size - k] for k in range(terms + 1)], rest, size, terms) for size in sizes}
 
 
-def two_scale_chunk(
-    loss: PrivacyLoss, chunk: int, step: float, fine: float, low: float, high: float, split: float, side: str, tail: float
-) -> GridMeasure:
-    """:func:`two_scale_chunks` for one chunk size."""
-    return two_scale_chunks(loss, [chunk], step, fine, low, high, split, side, tail)[chunk]
-
-
 def _upper_split(
     loss: PrivacyLoss, step: float, fine: float, low: float, high: float, split: float
 ) -> tuple[GridMeasure, GridMeasure, float]:
