@@ -25,7 +25,13 @@ from typing import Literal, Sequence
 import numpy as np
 
 from dpforge.errors import LimitError
-from dpforge.mechanisms.subsampled_gaussian_kernel import subsampled_gaussian_distribution_functions
+from dpforge.mechanisms.subsampled_gaussian_kernel import (
+    LEVEL,
+    LOWER,
+    UPPER,
+    subsampled_gaussian_distribution_functions,
+    subsampled_gaussian_quantiles,
+)
 from scipy import special
 
 Under = Literal["P", "Q"]
@@ -343,13 +349,16 @@ class PrivacyLoss:
         Each of the four is computed directly (not as one minus another), so all are
         accurate in their own tail.
         """
-        ell = _as_array(ell)
         pair = self.pair
         q = self.sampling_rate
         if type(pair) is GaussianPair:
+            if type(ell) is np.ndarray and ell.ndim == 1 and ell.dtype == np.float64 and ell.flags.c_contiguous:
+                return subsampled_gaussian_distribution_functions(ell, float(pair.mu), float(q), self.direction == "remove")
+            ell = _as_array(ell)
             flat = np.ascontiguousarray(ell, dtype=float).reshape(-1)
             values = subsampled_gaussian_distribution_functions(flat, float(pair.mu), float(q), self.direction == "remove")
             return tuple(v.reshape(ell.shape) for v in values)  # type: ignore[return-value]
+        ell = _as_array(ell)
         if self.direction == "remove":
             r, valid = self._r_of_forward(ell)
             rr = np.where(valid, r, 0.0)
@@ -399,8 +408,28 @@ class PrivacyLoss:
         go through :meth:`distribution_functions` in one call (a handful of vectorised
         calls in all, instead of dozens per quantile).  Each answer sits on the side of
         its switch where its condition holds (Pr_P(L <= l) >= level; Pr_P(L <= l) <= tail;
-        Pr_P(L > l) <= tail), within 1/32^4 of its ladder bracket."""
+        Pr_P(L > l) <= tail), within 1/32^4 of its ladder bracket.  A subsampled Gaussian
+        runs the same steps compiled (:func:`subsampled_gaussian_quantiles`)."""
         lo_support, hi_support = self.support
+        if type(self.pair) is GaussianPair:
+            kinds = np.array([LEVEL] * len(levels) + [LOWER] * len(lower_tails) + [UPPER] * len(upper_tails), dtype=np.int64)
+            values = np.array([*levels, *lower_tails, *upper_tails], dtype=float)
+            found, status = subsampled_gaussian_quantiles(
+                float(self.pair.mu),
+                float(self.sampling_rate),
+                self.direction == "remove",
+                float(lo_support),
+                float(hi_support),
+                kinds,
+                values,
+                _LADDER,
+                _FRACTIONS,
+            )
+            if status:
+                raise LimitError("privacy loss tail does not decay; cannot truncate")
+            out = [float(v) for v in found]
+            n_levels, n_lower = len(levels), len(lower_tails)
+            return tuple(out[:n_levels]), tuple(out[n_levels : n_levels + n_lower]), tuple(out[n_levels + n_lower :])
         targets: list[tuple[str, float]] = [("level", float(v)) for v in levels]
         targets += [("lower", float(v)) for v in lower_tails]
         targets += [("upper", float(v)) for v in upper_tails]

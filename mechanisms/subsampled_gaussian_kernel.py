@@ -38,6 +38,32 @@ def _both_tails(z: float) -> tuple[float, float]:  # pragma: no cover - jitted
 
 
 @numba.njit(cache=True)
+def _at(l, mu, q, remove, subsampled, log1m_q, log_q):  # pragma: no cover - jitted
+    """(Pr_P(L <= l), Pr_P(L > l), Pr_Q(L <= l), Pr_Q(L > l)) at one point."""
+    y = l if remove else -l
+    valid = (not subsampled) or y > log1m_q
+    if not valid:
+        # remove: l <= log(1-q), below every loss; add: l >= -log(1-q), above every loss
+        if remove:
+            return 0.0, 1.0, 0.0, 1.0
+        return 1.0, 0.0, 1.0, 0.0
+    if not subsampled:
+        r = y
+    elif y > 1.0:
+        r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - log_q
+    else:
+        r = math.log(math.expm1(y) + q) - log_q
+    z_p = r / mu - 0.5 * mu
+    z_q = r / mu + 0.5 * mu
+    below_p0, above_p0 = _both_tails(z_p)
+    below_q0, above_q0 = _both_tails(z_q)
+    if remove:  # P = (1-q) Q0 + q P0, Q = Q0, L increasing in r
+        return (1.0 - q) * below_q0 + q * below_p0, (1.0 - q) * above_q0 + q * above_p0, below_q0, above_q0
+    # P = Q0, Q = (1-q) Q0 + q P0, L decreasing in r
+    return above_q0, below_q0, (1.0 - q) * above_q0 + q * above_p0, (1.0 - q) * below_q0 + q * below_p0
+
+
+@numba.njit(cache=True)
 def subsampled_gaussian_distribution_functions(ell, mu, q, remove):  # pragma: no cover - jitted
     """(Pr_P(L <= l), Pr_P(L > l), Pr_Q(L <= l), Pr_Q(L > l)) at every l of ``ell``."""
     n = ell.size
@@ -49,33 +75,122 @@ def subsampled_gaussian_distribution_functions(ell, mu, q, remove):  # pragma: n
     log1m_q = math.log1p(-q) if subsampled else -np.inf
     log_q = math.log(q)
     for i in range(n):
-        y = ell[i] if remove else -ell[i]
-        valid = (not subsampled) or y > log1m_q
-        if not valid:
-            # remove: l <= log(1-q), below every loss; add: l >= -log(1-q), above every loss
-            if remove:
-                cdf_p[i], sf_p[i], cdf_q[i], sf_q[i] = 0.0, 1.0, 0.0, 1.0
-            else:
-                cdf_p[i], sf_p[i], cdf_q[i], sf_q[i] = 1.0, 0.0, 1.0, 0.0
-            continue
-        if not subsampled:
-            r = y
-        elif y > 1.0:
-            r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - log_q
-        else:
-            r = math.log(math.expm1(y) + q) - log_q
-        z_p = r / mu - 0.5 * mu
-        z_q = r / mu + 0.5 * mu
-        below_p0, above_p0 = _both_tails(z_p)
-        below_q0, above_q0 = _both_tails(z_q)
-        if remove:  # P = (1-q) Q0 + q P0, Q = Q0, L increasing in r
-            cdf_p[i] = (1.0 - q) * below_q0 + q * below_p0
-            sf_p[i] = (1.0 - q) * above_q0 + q * above_p0
-            cdf_q[i] = below_q0
-            sf_q[i] = above_q0
-        else:  # P = Q0, Q = (1-q) Q0 + q P0, L decreasing in r
-            cdf_p[i] = above_q0
-            sf_p[i] = below_q0
-            cdf_q[i] = (1.0 - q) * above_q0 + q * above_p0
-            sf_q[i] = (1.0 - q) * below_q0 + q * below_p0
+        cdf_p[i], sf_p[i], cdf_q[i], sf_q[i] = _at(ell[i], mu, q, remove, subsampled, log1m_q, log_q)
     return cdf_p, sf_p, cdf_q, sf_q
+
+
+#: quantile kinds of :func:`subsampled_gaussian_quantiles`
+LEVEL, LOWER, UPPER = 0, 1, 2
+
+
+@numba.njit(cache=True)
+def subsampled_gaussian_quantiles(mu, q, remove, lo_support, hi_support, kinds, values, ladder, fractions):  # pragma: no cover - jitted
+    """:meth:`dpforge.mechanisms.pairs.PrivacyLoss.quantiles` for a subsampled Gaussian,
+    compiled: the same ladder, the same four rounds of cutting each bracket into
+    ``fractions.size - 1``, the same side of every switch.  ``kinds[i]`` is LEVEL
+    (smallest l with Pr_P(L <= l) >= value), LOWER (largest l <= min(support end, 0) with
+    Pr_P(L <= l) <= value) or UPPER (smallest l >= max(support start, 0) with
+    Pr_P(L > l) <= value).  Returns (answers, status): status 1 when a tail does not
+    decay (the caller raises)."""
+    subsampled = q < 1.0
+    log1m_q = math.log1p(-q) if subsampled else -np.inf
+    log_q = math.log(q)
+    count = 0
+    for v in ladder:
+        if v > lo_support and v < hi_support:
+            count += 1
+    extra = (1 if np.isfinite(lo_support) else 0) + (1 if np.isfinite(hi_support) else 0)
+    raw = np.empty(count + extra)
+    j = 0
+    for v in ladder:
+        if v > lo_support and v < hi_support:
+            raw[j] = v
+            j += 1
+    if np.isfinite(lo_support):
+        raw[j] = lo_support
+        j += 1
+    if np.isfinite(hi_support):
+        raw[j] = hi_support
+    points = np.unique(raw)
+    n = points.size
+    cdf_p = np.empty(n)
+    sf_p = np.empty(n)
+    for i in range(n):
+        a, b, _, _ = _at(points[i], mu, q, remove, subsampled, log1m_q, log_q)
+        cdf_p[i] = a
+        sf_p[i] = b
+    targets = kinds.size
+    answers = np.empty(targets)
+    open_ = np.zeros(targets, dtype=np.bool_)
+    lows = np.empty(targets)
+    highs = np.empty(targets)
+    for t in range(targets):
+        kind, value = kinds[t], values[t]
+        if kind == LOWER and np.isfinite(lo_support):
+            answers[t] = lo_support
+            continue
+        if kind == UPPER and np.isfinite(hi_support):
+            answers[t] = hi_support
+            continue
+        if kind == LOWER:
+            last = -1
+            for i in range(n):
+                if points[i] <= min(hi_support, 0.0) and cdf_p[i] <= value:
+                    last = i
+            if last < 0:
+                return answers, 1
+            if last + 1 >= n or not points[last + 1] <= min(hi_support, 0.0):
+                answers[t] = points[last]
+            else:
+                open_[t] = True
+                lows[t], highs[t] = points[last], points[last + 1]
+            continue
+        first = -1
+        for i in range(n):
+            if kind == UPPER:
+                holds = sf_p[i] <= value and points[i] >= max(lo_support, 0.0)
+            else:
+                holds = cdf_p[i] >= value
+            if holds:
+                first = i
+                break
+        if first < 0:
+            if kind == UPPER:
+                return answers, 1
+            answers[t] = points[n - 1]
+            continue
+        allowed_before = first > 0 and (kind != UPPER or points[first - 1] >= max(lo_support, 0.0))
+        if not allowed_before:
+            answers[t] = points[first]
+        else:
+            open_[t] = True
+            lows[t], highs[t] = points[first - 1], points[first]
+    cuts = fractions.size
+    grid = np.empty(cuts)
+    for _ in range(4):
+        for t in range(targets):
+            if not open_[t]:
+                continue
+            kind, value = kinds[t], values[t]
+            low, high = lows[t], highs[t]
+            at = cuts - 1
+            for c in range(cuts):
+                grid[c] = low + (high - low) * fractions[c]
+            grid[cuts - 1] = high
+            for c in range(cuts - 1):
+                a, b, _, _ = _at(grid[c], mu, q, remove, subsampled, log1m_q, log_q)
+                if kind == LOWER:
+                    switched = a > value
+                elif kind == UPPER:
+                    switched = b <= value
+                else:
+                    switched = a >= value
+                if switched:
+                    at = c
+                    break
+            at = max(at, 1)
+            lows[t], highs[t] = grid[at - 1], grid[at]
+    for t in range(targets):
+        if open_[t]:
+            answers[t] = lows[t] if kinds[t] == LOWER else highs[t]
+    return answers, 0

@@ -60,3 +60,24 @@ def test_batched_quantiles_sit_on_the_side_where_their_condition_holds(pair, q, 
         assert value == hi_support if math.isfinite(hi_support) else value >= max(lo_support, 0.0)
     # one at a time gives the same answers
     assert loss.quantile(0.05) == q05 and loss.lower_quantile(1e-12) == low12 and loss.upper_quantile(1e-4) == high4
+
+
+@pytest.mark.parametrize("mu", [1e-3, 0.05, 1.0, 1 / 0.6, 50.0])
+@pytest.mark.parametrize("q", [1.0, 0.5, 0.01, 1e-6])
+@pytest.mark.parametrize("direction", ["remove", "add"])
+def test_compiled_quantiles_match_the_numpy_path(mu, q, direction):
+    """The compiled quantile search runs the numpy path's steps: the same answers (up to
+    the last bits of a bracket cut next to 0) on the same side of every condition."""
+    args = ((0.05, 0.95, 0.5, 1e-12), (1e-6, 1e-12, 1e-20, 1e-3), (1e-4, 1e-12, 1e-25, 0.3))
+    compiled = PrivacyLoss(GaussianPair(mu), q, direction).quantiles(*args)
+    generic = PrivacyLoss(_NumpyGaussianPair(mu), q, direction).quantiles(*args)
+    for got, expected in zip(compiled, generic):
+        np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-15)
+    loss = PrivacyLoss(GaussianPair(mu), q, direction)
+    (levels, lowers, uppers) = compiled
+    for level, value in zip(args[0], levels):
+        assert float(loss.cdf(value)) >= level
+    for tail, value in zip(args[1], lowers):
+        assert float(loss.cdf(value)) <= tail
+    for tail, value in zip(args[2], uppers):
+        assert float(loss.sf(value)) <= tail
