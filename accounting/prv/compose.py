@@ -47,8 +47,36 @@ class ComposedProfile:
     roundoff: float
     grid_size: int
     floor: float = 0.0
+    #: exponents lam > 0 and the composed (untilted) cumulant log E[e^{lam L}] there, as
+    #: the Chernoff window computed them (for :meth:`saddle`; empty when not known)
+    exponents: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
+    cumulants: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
     #: epsilon(delta) answers already computed (the refinement asks the same ones again)
     _inverted: dict = field(default_factory=dict, compare=False, repr=False)
+
+    def saddle(self, epsilon: float) -> float | None:
+        """About where the composed cumulant's slope reaches ``epsilon`` (the saddle
+        exponent there), read off the Chernoff exponents: chord slopes of the convex
+        cumulant, placed at the chords' midpoints and interpolated linearly.  The largest
+        exponent when no chord is as steep; None when no exponents are known.  Only sizes
+        graded cells (:func:`.discretise.graded_lattice`): no bound depends on it."""
+        keep = (self.exponents > 0) & np.isfinite(self.cumulants)
+        lam, cumulant = self.exponents[keep], self.cumulants[keep]
+        if lam.size < 2:
+            return None
+        order = np.argsort(lam)
+        lam, cumulant = lam[order], cumulant[order]
+        distinct = np.diff(lam) > 1e-12 * lam[1:]
+        slopes = np.diff(cumulant)[distinct] / np.diff(lam)[distinct]
+        middles = (0.5 * (lam[1:] + lam[:-1]))[distinct]
+        if slopes.size == 0:
+            return None
+        slopes = np.maximum.accumulate(slopes)  # convex: slopes do not decrease (round-off aside)
+        if epsilon <= slopes[0]:
+            return float(middles[0] * max(epsilon, 0.0) / slopes[0]) if slopes[0] > 0 else float(middles[0])
+        if epsilon >= slopes[-1]:
+            return float(lam[-1])
+        return float(np.interp(epsilon, slopes, middles))
 
     def delta(self, epsilon: float) -> float:
         """The profile at ``epsilon``: constant + sum_{x_j > eps} w_j (1 - e^{eps - x_j}),
@@ -279,6 +307,9 @@ class ComposedMeasure:
     infinity: float
     roundoff: float
     grid_size: int
+    #: the Chernoff exponents and the cumulant there (:attr:`ComposedProfile.exponents`)
+    exponents: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
+    cumulants: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
 
     def upper_profile(self) -> ComposedProfile:
         """Profile bounding delta(eps) from above for eps >= 0: weights max(p_j, 0) +
@@ -288,7 +319,16 @@ class ComposedMeasure:
         # sum); its own contribution is zero for eps >= 0 unless the window starts above 0
         below = self.below if self.positions[0] > 0 else 0.0
         weights = np.maximum(self.masses, 0.0) + self.roundoff
-        return ComposedProfile("upper", self.positions, weights, self.infinity + self.above + below, self.roundoff, self.grid_size)
+        return ComposedProfile(
+            "upper",
+            self.positions,
+            weights,
+            self.infinity + self.above + below,
+            self.roundoff,
+            self.grid_size,
+            exponents=self.exponents,
+            cumulants=self.cumulants,
+        )
 
     def lower_profile(self) -> ComposedProfile:
         """Profile bounding delta(eps) from below: weights max(p_j - roundoff, 0), minus
@@ -410,7 +450,8 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
     below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
-    return ComposedMeasure(positions, masses, above, below, infinity, _roundoff_per_entry(composed, total_count), composed.size)
+    roundoff = _roundoff_per_entry(composed, total_count)
+    return ComposedMeasure(positions, masses, above, below, infinity, roundoff, composed.size, lam, cumulant)
 
 
 def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> list[ComposedMeasure]:

@@ -27,6 +27,7 @@ functions; the composition step accounts for aliasing and FFT round-off.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numba
@@ -86,26 +87,123 @@ def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.n
     return _differences(cdf_p, sf_p), _differences(cdf_q, sf_q)
 
 
-def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float) -> GridMeasure:
+def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, exponent: float | None = None) -> GridMeasure:
     """Connect-the-dots pessimistic measure on the grid k*step, k = floor(low/step)..ceil(high/step)
     (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022): each cell's P- and Q-mass split
     between its two ends, mass below the grid rounded up to its first point, mass above
-    it moved to +inf."""
+    it moved to +inf.
+
+    With ``exponent`` the cells are those of :func:`graded_lattice` (whole steps wide in
+    the bulk, up to ``GRADE_WIDEST`` steps in the thin tails).  The construction holds
+    for any cell edges: the profile equals the true one at every edge and is the chord in
+    between (a cell (a, b] puts beta = (m - n e^a) / (1 - e^{a - b}) at b and m - beta at a)."""
     check_grid((high - low) / step + 2, "the pessimistic grid of one step's privacy loss")
     k_lo = int(np.floor(low / step))
     k_hi = max(int(np.ceil(high / step)), k_lo + 1)
-    grid = np.arange(k_lo, k_hi + 1) * step
+    if exponent is None:
+        lattice = np.arange(k_lo, k_hi + 1)
+    else:
+        lattice = graded_lattice(loss, step, k_lo, k_hi, 0.0, exponent)
+    grid = lattice * step
     m, n = _cell_masses(loss, grid)
-    # split each cell (l_k, l_k+1]: beta at l_k+1, alpha at l_k, preserving m and n
+    # split each cell (l_a, l_b]: beta at l_b, alpha at l_a, preserving m and n
     excess = m - n * np.exp(grid[:-1])
-    beta = np.clip(excess / (-np.expm1(-step)), 0.0, m)
+    beta = np.clip(excess / (-np.expm1(-np.diff(lattice) * step)), 0.0, m)
     alpha = m - beta
-    masses = np.zeros(grid.size)
-    masses[:-1] += alpha
-    masses[1:] += beta
+    masses = np.zeros(k_hi - k_lo + 1)
+    masses[lattice[:-1] - k_lo] += alpha
+    masses[lattice[1:] - k_lo] += beta
     masses[0] += float(loss.cdf(grid[0], "P"))  # everything at or below the grid, rounded up
     infinity = float(loss.sf(grid[-1], "P"))
     return GridMeasure(k_lo, masses, step, 0.0, infinity)
+
+
+#: the widest cell of a graded grid, in grid steps (a power of two)
+GRADE_WIDEST = 64
+#: the part of a uniform grid's discretisation error that the wider cells may add
+GRADE_SHARE = 0.05
+
+
+def graded_lattice(loss: PrivacyLoss, step: float, k_lo: int, k_hi: int, phase: float, exponent: float) -> np.ndarray:
+    """Lattice indices k_lo = k_0 < k_1 < ... = k_hi of cell edges k * step + phase: every
+    index where the law carries weight, and only every 2nd, 4th, ... ``GRADE_WIDEST``-th
+    one across its thin tails.
+
+    Either discretisation of a cell of width w moves its mass within the cell (connect
+    the dots spreads it to both ends; the optimistic quantiser pools it), and to leading
+    order the composed profile's error grows like the sum over cells of w^2 times the
+    cell's weight (Doroshenko et al. 2022, section 5: the error is O(h^2) per step).  The
+    weight of a coarse cell i (``GRADE_WIDEST`` steps, P-mass m_i) is the larger of m_i and
+    its mass tilted at ``exponent``, m_i e^{lambda x_i+1} / sum_j m_j e^{lambda x_j}: at the
+    queried eps the composed profile reads the one-step law tilted by about its saddle
+    exponent.  Each coarse cell is cut into k_i (a power of two) equal cells, the fewest
+    with (GRADE_WIDEST / k_i)^2 w_i <= GRADE_SHARE / (coarse cells), so the wider cells
+    add at most ``GRADE_SHARE`` of a uniform grid's error.  Only tightness depends on
+    this: both constructions are certified for any edges."""
+    widest = GRADE_WIDEST
+    if k_hi - k_lo < 8 * widest:
+        return np.arange(k_lo, k_hi + 1)
+    coarse = np.append(np.arange(k_lo, k_hi, widest), k_hi)
+    x = coarse * step + phase
+    cdf_p, sf_p, _, _ = loss.distribution_functions(x)
+    return _graded_edges(coarse, x, cdf_p, sf_p, float(exponent), widest, GRADE_SHARE)
+
+
+@numba.njit(cache=True)
+def _graded_edges(coarse, x, cdf_p, sf_p, exponent, widest, share):  # pragma: no cover - jitted
+    """:func:`graded_lattice` from the distribution function at the coarse edges ``x``
+    (lattice indices ``coarse``): each coarse cell's weight w (its P-mass, or its tilted
+    mass when larger), then 2^j equal pieces with j the smallest for which
+    (width / 2^j)^2 w <= share / (coarse cells), at most log2(widest)."""
+    cells = coarse.size - 1
+    mass = np.empty(cells)
+    total = 0.0
+    for i in range(cells):
+        if cdf_p[i + 1] <= 0.5:
+            m = cdf_p[i + 1] - cdf_p[i]
+        else:
+            m = sf_p[i] - sf_p[i + 1]
+        mass[i] = max(m, 0.0)
+        total += mass[i]
+    weight = np.empty(cells)
+    for i in range(cells):
+        weight[i] = mass[i] / max(total, 1e-300)
+    if exponent > 0:
+        top = -np.inf
+        for i in range(cells):
+            if mass[i] > 0:
+                top = max(top, np.log(mass[i]) + exponent * x[i])
+        if top > -np.inf:
+            norm = 0.0
+            for i in range(cells):
+                if mass[i] > 0:
+                    norm += np.exp(np.log(mass[i]) + exponent * x[i] - top)
+            log_norm = top + np.log(norm)
+            for i in range(cells):
+                if mass[i] > 0:
+                    tilted = np.exp(min(np.log(mass[i]) + exponent * x[i + 1] - log_norm, 0.0))
+                    weight[i] = max(weight[i], tilted)
+    levels = 0
+    while (1 << levels) < widest:
+        levels += 1
+    pieces = np.empty(cells, dtype=np.int64)
+    size = 1
+    for i in range(cells):
+        need = weight[i] * (widest * widest * cells / share)
+        j = 0
+        while j < levels and need > 4.0**j:  # smallest j with 4^j >= need
+            j += 1
+        pieces[i] = min(1 << j, coarse[i + 1] - coarse[i])
+        size += pieces[i]
+    edges = np.empty(size, dtype=np.int64)
+    at = 0
+    for i in range(cells):
+        width = coarse[i + 1] - coarse[i]
+        for k in range(pieces[i]):
+            edges[at] = coarse[i] + (k * width) // pieces[i]
+            at += 1
+    edges[at] = coarse[cells]
+    return edges
 
 
 @numba.njit(cache=True)
@@ -200,7 +298,7 @@ def _bulk_quantiles(loss: PrivacyLoss) -> tuple[float, float, float, float]:
 
 
 def _choose_phase(
-    loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 24, zoom: int = 0
+    loss: PrivacyLoss, step: float, low: float, high: float, candidates: int = 24, zoom: int = 0, reach: float = 4.0
 ) -> float:
     """Grid offset in [0, step) for the optimistic measure.
 
@@ -210,7 +308,7 @@ def _choose_phase(
     its support (subsampling makes steep edges at log(1-q)), and how much depends
     sharply on where the grid falls.  The offset is chosen among ``candidates`` values
     by routing the bulk of the law (all but 1e-6 and 1e-4 of its tails, and no more than
-    four bulk widths beyond its 5 % and 95 % quantiles) on each grid;
+    ``reach`` bulk widths beyond its 5 % and 95 % quantiles) on each grid;
     one evaluation of the distribution functions on a sub-grid serves every candidate.
     Each of ``zoom`` further passes tries ``candidates`` offsets between the neighbours
     of the best one so far (the excess can change tenfold within 1/200 of a step, and a
@@ -230,9 +328,9 @@ def _choose_phase(
     # the excess that depends on the offset comes from where the law is steep on the grid
     # scale (its bulk and the edges it piles against); beyond a few bulk widths past the
     # quantiles it is smooth and every offset routes it alike
-    reach = 4.0 * (q95 - q05) + 2.0 * step
-    bulk_low = max(low, tail_low, q05 - reach)
-    bulk_high = min(high, tail_high, q95 + reach)
+    beyond = reach * (q95 - q05) + 2.0 * step
+    bulk_low = max(low, tail_low, q05 - beyond)
+    bulk_high = min(high, tail_high, q95 + beyond)
     cells = int(np.ceil((bulk_high - bulk_low) / step)) + 2
     candidates = int(max(4, min(candidates, 60_000 // max(cells, 1))))
     sub = step / candidates
@@ -338,9 +436,10 @@ def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no
 
 
 @numba.njit(cache=True)
-def _labels_rounded_down(m, n, pi, top_m, top_n, grid, k_lo, step, phase):  # pragma: no cover - jitted
+def _labels_rounded_down(m, n, pi, top_m, top_n, grid, lattice, step, phase):  # pragma: no cover - jitted
     """The labels of the routing, each rounded down onto the grid shifted by a common
-    offset: returns (masses on indices k_lo - 1 .. k_hi, that offset).
+    offset: returns (masses on indices lattice[0] - 1 .. lattice[-1], that offset).
+    ``grid[k]`` is the lattice point ``lattice[k] * step + phase`` (up to rounding).
 
     Label k gets pi_k of cell k and 1 - pi_k-1 of cell k-1 (both measures; the top label
     also the mass above the grid); its loss is v_k = log P_k/Q_k (+inf where Q_k = 0),
@@ -370,41 +469,61 @@ def _labels_rounded_down(m, n, pi, top_m, top_n, grid, k_lo, step, phase):  # pr
         else:
             v[k] = 0.0
     floor_shift = 2.0 * widest + 1e-9 * step
-    masses = np.zeros(size + 1)
+    masses = np.zeros(lattice[size - 1] - lattice[0] + 2)
     for k in range(size):
         if p_label[k] > 0.0:
             margin = 64.0 * eps * max(1.0, abs(v[k]))
-            target = min(int(np.floor((v[k] - margin - phase + floor_shift) / step)), k_lo + k)
-            index = target - (k_lo - 1)
+            target = min(int(np.floor((v[k] - margin - phase + floor_shift) / step)), lattice[k])
+            index = target - (lattice[0] - 1)
             if index >= 0:
                 masses[index] += p_label[k]
     return masses, floor_shift
 
 
 def lower_measure(
-    loss: PrivacyLoss, step: float, low: float, high: float, phase: float | None = None, zoom: int = 0
+    loss: PrivacyLoss,
+    step: float,
+    low: float,
+    high: float,
+    phase: float | None = None,
+    zoom: int = 0,
+    exponent: float | None = None,
+    search: tuple[int, float] = (24, 4.0),
 ) -> GridMeasure:
     """Optimistic measure by post-processing: each cell (l_c, l_c+1] of the loss is split
     between the labels c and c+1 in fixed proportions (a randomised quantiser, hence a
     post-processing of the mechanism), chosen so that every label's true loss
     log P(label)/Q(label) is at least its grid point; rounding each label down onto its
     grid point then only lowers the profile.  Mass below the grid is dropped.  The grid
-    is k*step + phase (see :func:`_choose_phase`, with ``zoom`` passes when no phase is given).
+    is k*step + phase (see :func:`_choose_phase`, with ``zoom`` passes and ``search`` =
+    (candidates, reach) when no phase is given);
+    with ``exponent`` its cells are those of :func:`graded_lattice` (the routing holds for
+    any cell edges: each label's loss is at least its own edge).
     """
     check_grid((high - low) / step + 2, "the optimistic grid of one step's privacy loss")
     if phase is None:
-        phase = _choose_phase(loss, step, low, high, zoom=zoom)
+        phase = _choose_phase(loss, step, low, high, search[0], zoom, search[1])
     k_lo = int(np.floor((low - phase) / step))
     k_hi = max(int(np.ceil((high - phase) / step)), k_lo + 1)
-    grid = np.arange(k_lo, k_hi + 1) * step + phase
-    return lower_on_grid(loss, grid, k_lo, step, phase)
+    if exponent is None:
+        lattice = np.arange(k_lo, k_hi + 1)
+    else:
+        lattice = graded_lattice(loss, step, k_lo, k_hi, phase, exponent)
+    return lower_on_grid(loss, lattice * step + phase, k_lo, step, phase, lattice=lattice)
 
 
 def lower_on_grid(
-    loss: PrivacyLoss, grid: np.ndarray, k_lo: int, step: float, phase: float, include_above: bool = True
+    loss: PrivacyLoss,
+    grid: np.ndarray,
+    k_lo: int,
+    step: float,
+    phase: float,
+    include_above: bool = True,
+    lattice: np.ndarray | None = None,
 ) -> GridMeasure:
     """:func:`lower_measure` on explicit cell edges ``grid`` (the lattice points
-    (k_lo + j) * step + phase, up to rounding): the cells (grid[j], grid[j+1]] are routed
+    (k_lo + j) * step + phase, up to rounding, or ``lattice[j] * step + phase`` when a
+    lattice is given): the cells (grid[j], grid[j+1]] are routed
     and their labels rounded down.  Mass at or below grid[0] is dropped; mass above
     grid[-1] joins the top label when ``include_above``, else it is dropped too (a
     sub-measure: dropping mass only lowers the profile).  Two calls on grids that share
@@ -418,8 +537,10 @@ def lower_on_grid(
         top_m = top_n = 0.0
     top_up = max(top_m - top_n * np.exp(grid[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
-    masses, floor_shift = _labels_rounded_down(m, n, pi, top_m, top_n, grid, k_lo, step, phase)
-    return GridMeasure(k_lo - 1, masses, step, floor_shift - phase, 0.0)
+    if lattice is None:
+        lattice = np.arange(k_lo, k_lo + grid.size)
+    masses, floor_shift = _labels_rounded_down(m, n, pi, top_m, top_n, grid, lattice, step, phase)
+    return GridMeasure(int(lattice[0]) - 1, masses, step, floor_shift - phase, 0.0)
 
 
 def _choose_shift(offset: np.ndarray, mass: np.ndarray, step: float) -> float:

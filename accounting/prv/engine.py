@@ -11,7 +11,7 @@ import math
 from typing import Sequence
 
 from dpforge.accounting.prv import limits
-from dpforge.accounting.prv.evaluate import Evaluation, Refined, probe_step, refine
+from dpforge.accounting.prv.evaluate import Evaluation, Refined, normal_epsilon, probe_step, refine
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
@@ -114,6 +114,7 @@ def _epsilon(
         delta=delta,
         tilt=tilt,
         fixed=step is not None,
+        weight_at=lambda high: high if math.isfinite(high) else normal_epsilon(components, delta, tail),
     )
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
@@ -178,6 +179,7 @@ def delta_evaluation(
         tilt=tilt,
         negligible=NEGLIGIBLE_DELTA,
         fixed=step is not None,
+        weight_at=lambda high: max(float(e) for e in epsilons),
     )
 
 

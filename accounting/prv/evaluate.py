@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from dpforge.accounting.prv.compose import ComposedProfile, compose
 from dpforge.accounting.prv.tilt import compose_tilted, saddle_tilt
 from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
+from dpforge.mechanisms.pairs import Direction
 
 #: largest grid (points) the refinement may ask for
 MAX_GRID = 2**24
@@ -75,6 +76,16 @@ class Evaluation:
             min(1.0, max(p.delta(epsilon) for p in self.upper)),
         )
 
+    def saddles(self, epsilon: float) -> dict[str, float]:
+        """Per direction, the saddle exponent of its composed upper law at ``epsilon``
+        (:meth:`ComposedProfile.saddle`), where it is known."""
+        out = {}
+        for direction, profile in zip(self.directions, self.upper):
+            value = profile.saddle(epsilon)
+            if value is not None:
+                out[direction] = value
+        return out
+
     @property
     def grid_size(self) -> int:
         """The largest FFT window of any composed profile."""
@@ -91,6 +102,7 @@ def evaluate(
     tilt_at: float | None = None,
     floor: float = 0.0,
     tilt_budget: float | None = None,
+    exponents: Mapping[str, float] | None = None,
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
@@ -100,7 +112,11 @@ def evaluate(
     that eps, and only losses from ``floor`` up are kept (:mod:`.tilt`): ``floor`` must be
     a certified lower bound on the eps being sought (or the eps being queried).  With
     ``tilt_budget`` (the part of delta the round-off allowance may take there) the tilt is
-    the smallest that keeps the allowance within it (:func:`.tilt.saddle_tilt`)."""
+    the smallest that keeps the allowance within it (:func:`.tilt.saddle_tilt`).
+
+    A direction with an entry in ``exponents`` (the saddle exponent of the eps being
+    sought or queried) has its one-step laws discretised on graded cells, weighted by
+    their mass tilted at that exponent (:func:`.discretise.graded_lattice`)."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -110,7 +126,8 @@ def evaluate(
             continue
         directions.append(direction)
         direction_step = atom_aligned_step(components, direction, step)
-        measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged)
+        exponent = None if exponents is None else exponents.get(direction)
+        measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged, exponent=exponent)
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
@@ -139,6 +156,29 @@ def initial_step(components: Sequence[Component], delta: float, relative_accurac
     from_error = math.sqrt(relative_accuracy * scale / (0.5 * steps))
     step = min(from_error, max(spread, 1e-6) / 40.0, width / 64.0)
     return max(step, 2.0 * (width + 12.0 * spread + 1.0) / MAX_GRID, 1e-9)
+
+
+def saddle_estimate(components: Sequence[Component], direction: Direction, tail: float, epsilon: float) -> float:
+    """The exponent lambda at which the composed loss, tilted by e^{lambda l}, has its
+    mean at ``epsilon``, under a normal approximation: (eps - mean) / variance, at least
+    0 (and 0 when the variance vanishes or eps is not finite).  A right tail heavier than
+    normal (subsampling) makes the true saddle point smaller, so the graded cells it
+    sizes are, if anything, too fine."""
+    mean, variance, _ = loss_moments(components, direction, tail)
+    if not (variance > 0.0 and math.isfinite(epsilon)):
+        return 0.0
+    return max((epsilon - mean) / variance, 0.0)
+
+
+def normal_epsilon(components: Sequence[Component], delta: float, tail: float) -> float:
+    """A rough eps(delta) for sizing graded cells before any evaluation: the largest,
+    over directions, of mean + sqrt(2 log(1/delta) variance) of the composed loss.  No
+    bound depends on it."""
+    values = []
+    for direction in directions_for(components):
+        mean, variance, _ = loss_moments(components, direction, tail)
+        values.append(mean + math.sqrt(2.0 * math.log(1.0 / delta) * max(variance, 0.0)))
+    return max(values)
 
 
 #: descriptions of at least this many components are probed on a coarser grid ...
@@ -200,13 +240,14 @@ def _evaluate_chains(
     tilt_at: float | None = None,
     floor: float = 0.0,
     tilt_budget: float | None = None,
+    exponents: Mapping[str, float] | None = None,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``.
 
     Splitting is certified chain by chain: each chain's bound holds on any grid, so the
     pair (upper from one grid, lower from another) brackets the same true profile."""
-    tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget}
+    tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents}
     if not staged or upper_step is None:
         return evaluate(components, step, tail, staged=staged, settled=settled, **tilting)
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
@@ -256,6 +297,7 @@ def refine(
     tilt: Callable[[float, float], tuple[float, float, float]] | None = None,
     negligible: float = 0.0,
     fixed: bool = False,
+    weight_at: Callable[[float], float] | None = None,
 ) -> Refined:
     """Shrink the grid step until the certified bracket is as narrow as asked (width ~ c h^2).
 
@@ -278,7 +320,27 @@ def refine(
 
     ``fixed``: evaluate at ``step`` exactly (no staging, no refinement; tilting still
     applies), as a caller that passes its own grid step asks.
+
+    ``weight_at(high)`` (high: the certified upper end so far, +inf before the probe) is
+    the eps whose saddle exponent sizes the graded cells of every evaluation
+    (:func:`evaluate`): before the probe a normal approximation's
+    (:func:`saddle_estimate`), then the last evaluation's own (:meth:`Evaluation.saddles`).
+    Without it the cells are uniform.
     """
+    exponents: dict[str, float] | None = None
+    if weight_at is not None:
+        eps = weight_at(math.inf)
+        exponents = {d: saddle_estimate(components, d, tail, eps) for d in directions_for(components)}
+
+    def at() -> dict[str, float] | None:
+        return exponents
+
+    def learn(evaluation: Evaluation, high: float) -> None:
+        """Take the saddle exponents from the evaluation just made."""
+        nonlocal exponents
+        if exponents is not None:
+            exponents = {**exponents, **evaluation.saddles(weight_at(high))}
+
     if not fixed:
         # a step finer than one direct grid can hold would force staging from the start,
         # whose coarse final grid is looser than the finest direct grid: start there
@@ -293,8 +355,9 @@ def refine(
             upper_step = 0.5 * step
         # big chunks: each chunk's re-discretisation costs about the same, so fewer is better
         step = max(step, 1.5 * _narrowest_bulk(components))
-    evaluation = _evaluate_chains(components, step, tail, staged, upper_step)
+    evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=at())
     low, high = bounds_of(evaluation)
+    learn(evaluation, high)
     tilted = False
     budget = None
     if tilt is not None and math.isfinite(low):
@@ -302,11 +365,23 @@ def refine(
         if roundoff_in_delta(evaluation, floor) > _ROUNDOFF_SHARE * relative_accuracy * level:
             tilted = True
             budget = _TILT_BUDGET * relative_accuracy * level
+            # a direction the untilted probe already shows dominated keeps its bounds
+            settled = evaluation.dominated(delta) if delta is not None and not staged else None
             evaluation = _evaluate_chains(
-                components, step, tail, staged, upper_step, tilt_at=tilt_at, floor=floor, tilt_budget=budget
+                components,
+                step,
+                tail,
+                staged,
+                upper_step,
+                settled=settled,
+                tilt_at=tilt_at,
+                floor=floor,
+                tilt_budget=budget,
+                exponents=at(),
             )
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
+            learn(evaluation, high)
     refinements = 0
     history: list[tuple[float, float]] = []  # (step, width) of the evaluations refined from
     while refinements < (0 if fixed else max_refinements):
@@ -323,10 +398,17 @@ def refine(
                 if tilted:
                     tilt_at, floor, _ = tilt(low, high)
                     finer = evaluate(
-                        components, upper_step, tail, kinds=("upper",), tilt_at=tilt_at, floor=floor, tilt_budget=budget
+                        components,
+                        upper_step,
+                        tail,
+                        kinds=("upper",),
+                        tilt_at=tilt_at,
+                        floor=floor,
+                        tilt_budget=budget,
+                        exponents=at(),
                     )
                 else:
-                    finer = evaluate(components, upper_step, tail, kinds=("upper",))
+                    finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=at())
             except LimitError:
                 break
             evaluation = Evaluation(evaluation.step, finer.upper, evaluation.lower, evaluation.directions)
@@ -353,14 +435,24 @@ def refine(
             if tilted:
                 tilt_at, floor, _ = tilt(low, high)
                 evaluation = _evaluate_chains(
-                    components, step, tail, staged, upper_step, settled=settled, tilt_at=tilt_at, floor=floor, tilt_budget=budget
+                    components,
+                    step,
+                    tail,
+                    staged,
+                    upper_step,
+                    settled=settled,
+                    tilt_at=tilt_at,
+                    floor=floor,
+                    tilt_budget=budget,
+                    exponents=at(),
                 )
             else:
-                evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled)
+                evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled, exponents=at())
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
         new_low, new_high = bounds_of(evaluation)
         low, high = max(low, new_low), min(high, new_high)
+        learn(evaluation, high)
         refinements += 1
     if low > high:
         # two certified bounds cannot cross: this is a defect, reported rather than hidden

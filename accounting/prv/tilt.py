@@ -58,6 +58,9 @@ from dpforge.errors import LimitError
 
 #: largest log S(floor) a tilted composition accepts (S(floor) = e^600 stays far from overflow)
 _MAX_LOG_SCALE = 600.0
+#: largest tilted tail the window is set for (when S(floor) is tiny, tail / S(floor) can
+#: exceed the tilted law's whole mass)
+_MAX_LOG_TILTED_TAIL = math.log(1e-6)
 
 
 def _log_tilted_masses(measure: GridMeasure, theta: float) -> tuple[np.ndarray, float]:
@@ -201,6 +204,8 @@ class TiltedComposition:
     infinity: float
     roundoff: float  # per-entry allowance in tilted units
     grid_size: int
+    exponents: np.ndarray  # Chernoff exponents and the untilted cumulant there
+    cumulants: np.ndarray
 
     def _kept(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         keep = self.positions >= self.floor
@@ -213,7 +218,15 @@ class TiltedComposition:
         weights = (np.maximum(p, 0.0) + self.roundoff) * scale
         below = self.below if self.positions[0] > self.floor else 0.0
         return ComposedProfile(
-            "upper", y, weights, self.infinity + self.above + below, self.roundoff, self.grid_size, self.floor
+            "upper",
+            y,
+            weights,
+            self.infinity + self.above + below,
+            self.roundoff,
+            self.grid_size,
+            self.floor,
+            exponents=self.exponents,
+            cumulants=self.cumulants,
         )
 
     def lower_profile(self) -> ComposedProfile:
@@ -253,7 +266,10 @@ def compose_tilted(
             f"a tilt of {theta:.3g} would scale the composed measure by e^{log_scale_floor:.0f} at eps={floor:.6g} "
             f"(limit e^{_MAX_LOG_SCALE:.0f})"
         )
-    log_tail = math.log(tail) - max(log_scale_floor, 0.0)
+    # the wrapped tilted mass is subtracted scaled by S(floor): a tilted tail of
+    # tail / S(floor) keeps that term at tail (capped so that the window still holds the
+    # tilted law's body)
+    log_tail = min(math.log(tail) - log_scale_floor, _MAX_LOG_TILTED_TAIL)
     added: list[np.ndarray] = []
 
     def tilted_at(extra: np.ndarray) -> np.ndarray:
@@ -273,11 +289,33 @@ def compose_tilted(
     # by S at the window's edge (S decreases with y for theta > 0), whichever is smaller
     above = float(np.exp(min(np.min(cumulant[positive] - lam[positive] * high), log_scale - theta * high + math.log(max(above_tilted, 1e-300)))))
     # untilted mass below the window that can matter (at or above ``floor``): no more
-    # than the mass below the window, nor than the mass at or above ``floor``
-    below = float(np.exp(min(np.min(cumulant[~positive] - lam[~positive] * low), np.min(cumulant[positive] - lam[positive] * floor))))
+    # than the mass below the window, nor than the mass at or above ``floor``, nor than
+    # S(floor) times the tilted mass below the window (S decreases with y)
+    below = float(
+        np.exp(
+            min(
+                np.min(cumulant[~positive] - lam[~positive] * low),
+                np.min(cumulant[positive] - lam[positive] * floor),
+                log_scale_floor + math.log(max(below_tilted, 1e-300)),
+            )
+        )
+    )
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
     roundoff = max(2.0 * max(-float(masses.min()), 0.0), _U * (total_count + math.log2(size)) * float(masses.max()))
     return TiltedComposition(
-        positions, masses, theta, log_scale, floor, above_tilted, below_tilted, above, below, infinity, roundoff, size
+        positions,
+        masses,
+        theta,
+        log_scale,
+        floor,
+        above_tilted,
+        below_tilted,
+        above,
+        below,
+        infinity,
+        roundoff,
+        size,
+        lam,
+        cumulant,
     )

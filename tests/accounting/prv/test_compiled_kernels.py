@@ -50,7 +50,7 @@ def test_compiled_routing_matches_the_numpy_routing(seed):
     np.testing.assert_array_equal(discretise._route_compiled(up, down, top_up), discretise._route(up, down, top_up))
 
 
-def _labels_reference(m, n, pi, top_m, top_n, grid, k_lo, step, phase):
+def _labels_reference(m, n, pi, top_m, top_n, grid, lattice, step, phase):
     """The numpy specification of :func:`discretise._labels_rounded_down`."""
     p_label = np.zeros(grid.size)
     q_label = np.zeros(grid.size)
@@ -68,23 +68,29 @@ def _labels_reference(m, n, pi, top_m, top_n, grid, k_lo, step, phase):
     margin = 64.0 * np.finfo(float).eps * np.maximum(1.0, np.abs(np.where(keep, v, 0.0)))
     floor_shift = 2.0 * float(margin.max()) + 1e-9 * step
     target = np.floor((np.where(keep, v, 0.0) - margin - phase + floor_shift) / step).astype(np.int64)
-    target = np.minimum(target, np.arange(k_lo, k_lo + grid.size))
-    index = target[keep] - (k_lo - 1)
-    return np.bincount(index, weights=p_label[keep], minlength=grid.size + 1), floor_shift
+    target = np.minimum(target, lattice)
+    index = target[keep] - (lattice[0] - 1)
+    return np.bincount(index, weights=p_label[keep], minlength=int(lattice[-1] - lattice[0]) + 2), floor_shift
 
 
 @pytest.mark.parametrize("mechanism, sampling_rate, step", [(Gaussian(0.8), 0.01, 1e-3), (Gaussian(0.6), 1e-4, 2e-6), (Gaussian(2.0), 1.0, 1e-2)])
-def test_compiled_label_rounding_matches_the_numpy_specification(mechanism, sampling_rate, step):
+@pytest.mark.parametrize("graded", [False, True])
+def test_compiled_label_rounding_matches_the_numpy_specification(mechanism, sampling_rate, step, graded):
     loss = flatten(PoissonSampled(mechanism, sampling_rate))[0].privacy_loss_distribution("add")
     low, high = loss.lower_quantile(1e-12), loss.upper_quantile(1e-12)
     phase = discretise._choose_phase(loss, step, low, high)
     k_lo = int(np.floor((low - phase) / step))
-    grid = np.arange(k_lo, int(np.ceil((high - phase) / step)) + 1) * step + phase
+    k_hi = int(np.ceil((high - phase) / step))
+    if graded:  # wider cells across the thin tail (graded_lattice)
+        lattice = discretise.graded_lattice(loss, step, k_lo, k_hi, phase, 2.0)
+    else:
+        lattice = np.arange(k_lo, k_hi + 1)
+    grid = lattice * step + phase
     m, n = discretise._cell_masses(loss, grid)
     up, down = discretise._cell_weights(m, n, grid)
     top_m, top_n = float(loss.sf(grid[-1], "P")), float(loss.sf(grid[-1], "Q"))
     pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(grid[-1]), 0.0))
-    args = (m, n, pi, top_m, top_n, grid, k_lo, step, phase)
+    args = (m, n, pi, top_m, top_n, grid, lattice, step, phase)
     masses, shift = discretise._labels_rounded_down(*args)
     expected, expected_shift = _labels_reference(*args)
     assert shift == expected_shift
