@@ -100,6 +100,22 @@ def test_subsampled_brackets_are_tight_and_agree_with_a_finer_run(description, t
 
 
 @pytest.mark.slow
+def test_staged_lower_chain_reaches_the_width_at_tiny_delta():
+    """A law narrow enough to be staged, at delta = 1e-12: the staged lower chain's chunks
+    are composed untilted, and chunks as long as the whole run (a grid step of 4.7 bulk
+    widths) hid the tail delta reads ([36.81, 37.142], 0.8 % wide).  The brackets of a
+    finer run must overlap."""
+    description = Composed([(PoissonSampled(Gaussian(0.35), 1e-3), 5000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-12)
+    assert result.accuracy["reached"]
+    assert (result.upper - result.lower) / result.upper <= 1e-3
+    finer = epsilon(description, 1e-12, relative_accuracy=2e-4)
+    assert result.lower <= finer.upper and finer.lower <= result.upper
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("target", [1e-10, 1e-12])
 def test_subsampled_gaussian_against_dp_accounting_at_tiny_delta(dpa, target):
     """dp-accounting's connect-the-dots PLD (pessimistic) at h = 2e-5 is an upper estimate
