@@ -27,7 +27,6 @@ functions; the composition step accounts for aliasing and FFT round-off.
 from __future__ import annotations
 
 import functools
-import math
 from dataclasses import dataclass
 
 import numba

@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 import pytest
-from scipy import special
 
 from dpforge.errors import InputFileError, ParameterError, UnsupportedError
 from dpforge.mechanisms import (
