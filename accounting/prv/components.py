@@ -81,6 +81,12 @@ _DIRECT_LIMIT = 2**20
 
 
 _MIN_CHUNK = 8
+#: a staged component is cut into at least this many chunks (when it has the steps): a
+#: chunk's law is composed untilted, so its round-off hides events rarer than about 1e-16
+#: of its peak, and at delta = 1e-15 one chunk of all 1,000 steps (q = 1e-3, sigma = 0.3)
+#: lost the multi-hit tail delta reads (lower bound 47.42 against an upper 50.848); across
+#: 16 chunks the outer, tilted composition carries those events
+_MIN_PIECES = 16
 #: a staged chunk's law is re-discretised within this many nats of its centre
 _CENTRED_RANGE = 600.0
 
@@ -235,6 +241,8 @@ def discretise_all(
             spread = bulk_spread(loss)
             if 0 < spread < _DIRECT_RESOLUTION * step:
                 chunk = min(component.count, int(math.ceil((_RESOLUTION * step / spread) ** 2)))
+                # at least _MIN_PIECES chunks: each chunk is composed untilted
+                chunk = min(chunk, max(_MIN_CHUNK, -(-component.count // _MIN_PIECES)))
         if chunk < _MIN_CHUNK:
             built = _direct(loss, step, cut, kinds, component.count, exponent)
             for kind in kinds:

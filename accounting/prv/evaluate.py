@@ -103,6 +103,7 @@ def evaluate(
     floor: float = 0.0,
     tilt_budget: float | None = None,
     exponents: Mapping[str, float] | None = None,
+    cache: dict | None = None,
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
@@ -116,7 +117,11 @@ def evaluate(
 
     A direction with an entry in ``exponents`` (the saddle exponent of the eps being
     sought or queried) has its one-step laws discretised on graded cells, weighted by
-    their mass tilted at that exponent (:func:`.discretise.graded_lattice`)."""
+    their mass tilted at that exponent (:func:`.discretise.graded_lattice`).
+
+    ``cache`` (a dict the caller keeps) holds the discretised measures by (direction,
+    step, kinds, staged, exponent), so that a second evaluation of the same grid (the
+    tilted probe after the untilted one) composes them without discretising again."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -127,7 +132,13 @@ def evaluate(
         directions.append(direction)
         direction_step = atom_aligned_step(components, direction, step)
         exponent = None if exponents is None else exponents.get(direction)
-        measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged, exponent=exponent)
+        key = (direction, direction_step, tuple(kinds), staged, exponent)
+        if cache is not None and key in cache:
+            measures = cache[key]
+        else:
+            measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged, exponent=exponent)
+            if cache is not None:
+                cache[key] = measures
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
@@ -262,13 +273,14 @@ def _evaluate_chains(
     floor: float = 0.0,
     tilt_budget: float | None = None,
     exponents: Mapping[str, float] | None = None,
+    cache: dict | None = None,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``.
 
     Splitting is certified chain by chain: each chain's bound holds on any grid, so the
     pair (upper from one grid, lower from another) brackets the same true profile."""
-    tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents}
+    tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents, "cache": cache}
     if not staged or upper_step is None:
         return evaluate(components, step, tail, staged=staged, settled=settled, **tilting)
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
@@ -375,8 +387,12 @@ def refine(
         if _direct_grid(components, 0.5 * step, tail) <= _DIRECT_LIMIT:
             upper_step = 0.5 * step
         step = _staged_step(components, step, tail)
-    evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=at())
+    # the probe's one-step measures, kept for a tilted probe at the same step (the tilt
+    # applies to the composition only; staged chunks are built untilted either way)
+    probe_measures: dict = {}
+    evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=at(), cache=probe_measures)
     low, high = bounds_of(evaluation)
+    probe_exponents = at()
     learn(evaluation, high)
     tilted = False
     budget = None
@@ -397,11 +413,13 @@ def refine(
                 tilt_at=tilt_at,
                 floor=floor,
                 tilt_budget=budget,
-                exponents=at(),
+                exponents=probe_exponents,
+                cache=probe_measures,
             )
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
             learn(evaluation, high)
+    probe_measures.clear()  # a ledger's measures are hundreds of MB: not kept past the probe
     refinements = 0
     history: list[tuple[float, float]] = []  # (step, width) of the evaluations refined from
     while refinements < (0 if fixed else max_refinements):
