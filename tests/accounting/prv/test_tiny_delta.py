@@ -100,18 +100,19 @@ def test_subsampled_brackets_are_tight_and_agree_with_a_finer_run(description, t
 
 
 @pytest.mark.slow
-def test_staged_lower_chain_reaches_the_width_at_tiny_delta():
-    """A law narrow enough to be staged, at delta = 1e-12: the staged lower chain's chunks
-    are composed untilted, and chunks as long as the whole run (a grid step of 4.7 bulk
-    widths) hid the tail delta reads ([36.81, 37.142], 0.8 % wide).  The brackets of a
-    finer run must overlap."""
-    description = Composed([(PoissonSampled(Gaussian(0.35), 1e-3), 5000)])
+@pytest.mark.parametrize("sigma, steps, target", [(0.35, 5000, 1e-12), (0.3, 1000, 1e-15)])
+def test_staged_lower_chain_reaches_the_width_at_tiny_delta(sigma, steps, target):
+    """Laws narrow enough to be staged, at tiny delta: the staged lower chain's chunks
+    are composed untilted, and chunks as long as the whole run hid the tail delta reads
+    (q = 1e-3: [36.81, 37.142] for sigma = 0.35 at 1e-12; [47.42, 50.85] for sigma = 0.3
+    at 1e-15).  The brackets of a finer run must overlap."""
+    description = Composed([(PoissonSampled(Gaussian(sigma), 1e-3), steps)])
     with warnings.catch_warnings():
         warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-12)
+        result = epsilon(description, target)
     assert result.accuracy["reached"]
     assert (result.upper - result.lower) / result.upper <= 1e-3
-    finer = epsilon(description, 1e-12, relative_accuracy=2e-4)
+    finer = epsilon(description, target, relative_accuracy=2e-4)
     assert result.lower <= finer.upper and finer.lower <= result.upper
 
 
