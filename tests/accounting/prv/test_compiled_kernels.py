@@ -124,3 +124,15 @@ def test_cyclic_placement_matches_bincount():
         expected = np.bincount((offset + np.arange(length)) % size, weights=values, minlength=size)
         np.testing.assert_allclose(row, expected, rtol=1e-15)
 
+
+
+def test_product_of_powers_matches_numpy_powers():
+    from dpforge.accounting.prv.compose import _product_of_powers
+
+    rng = np.random.default_rng(3)
+    spectra = np.exp(1j * 6.0 * rng.random((6, 2000))) * (0.999 + 0.001 * rng.random((6, 2000)))
+    for counts in ([1], [2, 1], [1000], [1, 3, 1000, 17, 250, 64], [0, 5]):
+        rows = spectra[: len(counts)]
+        exact = np.prod(rows ** np.array(counts)[:, None], axis=0)
+        got = _product_of_powers(rows, np.array(counts, dtype=np.int64))
+        assert np.max(np.abs(got - exact) / np.abs(exact)) <= 1e-11
