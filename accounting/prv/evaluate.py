@@ -120,7 +120,7 @@ def evaluate(
     their mass tilted at that exponent (:func:`.discretise.graded_lattice`).
 
     ``cache`` (a dict the caller keeps) holds the discretised measures by (direction,
-    step, kinds, staged, exponent), so that a second evaluation of the same grid (the
+    step, kind, staged, exponent), so that a second evaluation of the same grid (the
     tilted probe after the untilted one) composes them without discretising again."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
@@ -132,21 +132,23 @@ def evaluate(
         directions.append(direction)
         direction_step = atom_aligned_step(components, direction, step)
         exponent = None if exponents is None else exponents.get(direction)
-        key = (direction, direction_step, tuple(kinds), staged, exponent)
-        if cache is not None and key in cache:
-            measures = cache[key]
-        else:
-            measures = discretise_all(components, direction, direction_step, tail, kinds, staged=staged, exponent=exponent)
-            if cache is not None:
-                cache[key] = measures
+        # one kind at a time: a ledger of 10,000 steps holds a GB of one-step measures per kind
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
-            theta = saddle_tilt(measures[kind], tilt_at, floor, tilt_budget) if tilt_at is not None else 0.0
-            if theta > 0.0:
-                composed = compose_tilted(measures[kind], tail, theta, floor)
+            key = (direction, direction_step, kind, staged, exponent)
+            if cache is not None and key in cache:
+                measures = cache[key]
             else:
-                composed = compose(measures[kind], tail)
+                measures = discretise_all(components, direction, direction_step, tail, (kind,), staged=staged, exponent=exponent)[kind]
+                if cache is not None:
+                    cache[key] = measures
+            theta = saddle_tilt(measures, tilt_at, floor, tilt_budget) if tilt_at is not None else 0.0
+            if theta > 0.0:
+                composed = compose_tilted(measures, tail, theta, floor)
+            else:
+                composed = compose(measures, tail)
+            del measures
             out.append(composed.upper_profile() if kind == "upper" else composed.lower_profile())
     return Evaluation(step, tuple(upper), tuple(lower), tuple(directions))
 
@@ -389,7 +391,8 @@ def refine(
         step = _staged_step(components, step, tail)
     # the probe's one-step measures, kept for a tilted probe at the same step (the tilt
     # applies to the composition only; staged chunks are built untilted either way)
-    probe_measures: dict = {}
+    # (not for many components, whose measures take hundreds of MB)
+    probe_measures: dict | None = {} if len(components) < _MANY_COMPONENTS else None
     evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=at(), cache=probe_measures)
     low, high = bounds_of(evaluation)
     probe_exponents = at()
@@ -419,7 +422,7 @@ def refine(
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
             learn(evaluation, high)
-    probe_measures.clear()  # a ledger's measures are hundreds of MB: not kept past the probe
+    del probe_measures  # not kept past the probe
     refinements = 0
     history: list[tuple[float, float]] = []  # (step, width) of the evaluations refined from
     while refinements < (0 if fixed else max_refinements):
