@@ -87,6 +87,10 @@ _MIN_CHUNK = 8
 #: lost the multi-hit tail delta reads (lower bound 47.42 against an upper 50.848); across
 #: 16 chunks the outer, tilted composition carries those events
 _MIN_PIECES = 16
+#: ... unless a chunk's law would then span fewer grid steps (robust standard deviations)
+#: than this: q = 1e-6, sigma = 0.3, T = 1,000 has a grid step 30 bulk widths wide, where
+#: 16 chunks of 62 steps were narrower than one step (width 3e-3 against 4.6e-4)
+_MIN_SPAN = 8.0
 #: a staged chunk's law is re-discretised within this many nats of its centre
 _CENTRED_RANGE = 600.0
 
@@ -241,8 +245,10 @@ def discretise_all(
             spread = bulk_spread(loss)
             if 0 < spread < _DIRECT_RESOLUTION * step:
                 chunk = min(component.count, int(math.ceil((_RESOLUTION * step / spread) ** 2)))
-                # at least _MIN_PIECES chunks: each chunk is composed untilted
-                chunk = min(chunk, max(_MIN_CHUNK, -(-component.count // _MIN_PIECES)))
+                # at least _MIN_PIECES chunks (each chunk is composed untilted), as long as
+                # a chunk's law still spans _MIN_SPAN grid steps
+                resolved = int(math.ceil((_MIN_SPAN * step / spread) ** 2))
+                chunk = min(chunk, max(_MIN_CHUNK, -(-component.count // _MIN_PIECES), resolved))
         if chunk < _MIN_CHUNK:
             built = _direct(loss, step, cut, kinds, component.count, exponent)
             for kind in kinds:
