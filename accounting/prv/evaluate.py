@@ -367,9 +367,6 @@ def refine(
         eps = weight_at(math.inf)
         exponents = {d: saddle_estimate(components, d, tail, eps) for d in directions_for(components)}
 
-    def at() -> dict[str, float] | None:
-        return exponents
-
     def learn(evaluation: Evaluation, high: float) -> None:
         """Take the saddle exponents from the evaluation just made."""
         nonlocal exponents
@@ -393,9 +390,9 @@ def refine(
     # applies to the composition only; staged chunks are built untilted either way)
     # (not for many components, whose measures take hundreds of MB)
     probe_measures: dict | None = {} if len(components) < _MANY_COMPONENTS else None
-    evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=at(), cache=probe_measures)
+    evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=exponents, cache=probe_measures)
     low, high = bounds_of(evaluation)
-    probe_exponents = at()
+    probe_exponents = exponents
     learn(evaluation, high)
     tilted = False
     budget = None
@@ -446,10 +443,10 @@ def refine(
                         tilt_at=tilt_at,
                         floor=floor,
                         tilt_budget=budget,
-                        exponents=at(),
+                        exponents=exponents,
                     )
                 else:
-                    finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=at())
+                    finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=exponents)
             except LimitError:
                 break
             evaluation = Evaluation(evaluation.step, finer.upper, evaluation.lower, evaluation.directions)
@@ -485,10 +482,10 @@ def refine(
                     tilt_at=tilt_at,
                     floor=floor,
                     tilt_budget=budget,
-                    exponents=at(),
+                    exponents=exponents,
                 )
             else:
-                evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled, exponents=at())
+                evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled, exponents=exponents)
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
         new_low, new_high = bounds_of(evaluation)
