@@ -367,6 +367,14 @@ def refine(
         eps = weight_at(math.inf)
         exponents = {d: saddle_estimate(components, d, tail, eps) for d in directions_for(components)}
 
+    def tilt_options() -> dict:
+        """The tilting arguments of a refinement's evaluation: none until the probe
+        decided to tilt, then the tilt at the current bracket within the budget."""
+        if not tilted:
+            return {}
+        tilt_at, floor, _ = tilt(low, high)
+        return {"tilt_at": tilt_at, "floor": floor, "tilt_budget": budget}
+
     def learn(evaluation: Evaluation, high: float) -> None:
         """Take the saddle exponents from the evaluation just made."""
         nonlocal exponents
@@ -433,20 +441,7 @@ def refine(
                 break
             upper_step *= 0.5
             try:
-                if tilted:
-                    tilt_at, floor, _ = tilt(low, high)
-                    finer = evaluate(
-                        components,
-                        upper_step,
-                        tail,
-                        kinds=("upper",),
-                        tilt_at=tilt_at,
-                        floor=floor,
-                        tilt_budget=budget,
-                        exponents=exponents,
-                    )
-                else:
-                    finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=exponents)
+                finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=exponents, **tilt_options())
             except LimitError:
                 break
             evaluation = Evaluation(evaluation.step, finer.upper, evaluation.lower, evaluation.directions)
@@ -470,22 +465,9 @@ def refine(
         step = new_step
         settled = evaluation.dominated(delta) if delta is not None and not staged else None
         try:
-            if tilted:
-                tilt_at, floor, _ = tilt(low, high)
-                evaluation = _evaluate_chains(
-                    components,
-                    step,
-                    tail,
-                    staged,
-                    upper_step,
-                    settled=settled,
-                    tilt_at=tilt_at,
-                    floor=floor,
-                    tilt_budget=budget,
-                    exponents=exponents,
-                )
-            else:
-                evaluation = _evaluate_chains(components, step, tail, staged, upper_step, settled=settled, exponents=exponents)
+            evaluation = _evaluate_chains(
+                components, step, tail, staged, upper_step, settled=settled, exponents=exponents, **tilt_options()
+            )
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
         new_low, new_high = bounds_of(evaluation)
