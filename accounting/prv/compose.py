@@ -388,8 +388,8 @@ def _place(row: np.ndarray, values: np.ndarray, offset: int) -> None:
 def _product_of_powers(spectra: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """prod_i spectra[i] ** counts[i] by binary powers: squarings of the rows still needed
     and one product per bit, about log2(max count) passes of multiplications.  numpy's
-    complex power with an array of exponents went through exp(count log z) for counts of
-    100 or more, about 100 ns an entry against a few ns a multiplication.  The relative
+    complex power goes through exp(count log z) for counts of 100 or more, a complex log
+    and exp per entry against a few multiplications.  The relative
     error of z^T by squaring is about T u, as for repeated multiplication (each squaring
     doubles the error carried and adds u), which the round-off allowance u (T + log2 n)
     covers (checked against mpmath references down to delta = 1e-15)."""
@@ -513,9 +513,9 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
     for count in sorted(counts):
         bottom, _ = edges[count]
         cumulant = count * unit
-        # the smallest count by numpy's power, each next one by further multiplications
+        # the smallest count by binary powers, each next one by further multiplications
         if power is None or count - power_count > 8:
-            power = transform**count
+            power = _product_of_powers(transform[None, :], np.array([count], dtype=np.int64))
         else:
             for _ in range(count - power_count):
                 power = power * transform

@@ -256,9 +256,10 @@ def _staged_step(components: Sequence[Component], step: float, tail: float) -> f
     a coarse step makes few, long chunks, each composed untilted: at delta = 1e-12
     (q = 1e-3, sigma = 0.35, T = 5000) a step of 4.7 bulk widths made one chunk of all
     5,000 steps, whose round-off hid the tail that delta reads (lower bound 36.81 against
-    an upper 37.142); at 0.75 widths the lower bound is 37.129.  Shorter chunks also cost
-    less (two-scale chunks do most of their work on the chunk's fine grid): S1 (T = 1e6)
-    0.29 -> 0.20 s, W3 0.12 -> 0.06 s for its lower chain, with the same lower bound."""
+    an upper 37.142); at 0.75 widths the lower bound is 37.129 (37.140 with at least 16
+    chunks, .components._MIN_PIECES).  Shorter chunks cost no more (two-scale chunks do
+    most of their work on the chunk's fine grid): S1 keeps its lower bound 1.61079 and
+    its time (benchmarks/results/scale_ab.json)."""
     bulk = _narrowest_bulk(components)
     old = max(step, 1.5 * bulk)
     return min(old, max(_STAGED_BULKS * bulk, _direct_grid(components, 1.0, tail) / _DIRECT_LIMIT))
