@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from scipy import optimize, special
+from scipy import special
 
 from dpforge.accounting import api
 from dpforge.accounting.api import DEFAULT_ENGINE, engine_names, get_engine
@@ -362,6 +362,8 @@ def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:
             - math.exp(target_epsilon + special.log_ndtr(-target_epsilon / mu - mu / 2))
             - delta
         )
+
+    from scipy import optimize  # only calibration needs it; importing it costs ~25 MiB
 
     high = 1.0
     while excess(high) < 0 and high < 1e3:

@@ -15,7 +15,6 @@ from typing import Callable, Sequence
 import numba
 import numpy as np
 from scipy import fft as sp_fft
-from scipy import signal
 
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure
@@ -121,8 +120,7 @@ class ComposedProfile:
         decay = math.exp(-step)
         # S_j via a reversed recursive filter; A_j = sum_{i>=j} w_i
         reversed_w = w[::-1]
-        s_rev = signal.lfilter([decay], [1.0, -decay], np.concatenate([[0.0], reversed_w[:-1]]))
-        tilted = s_rev[::-1]  # tilted[j] = sum_{i>j} w_i e^{x_j - x_i}
+        tilted = _discounted_suffix(w, decay)  # tilted[j] = sum_{i>j} w_i e^{x_j - x_i}
         suffix = np.cumsum(reversed_w)[::-1]  # sum_{i>=j} w_i
         after = np.append(suffix[1:], 0.0)  # sum_{i>j} w_i
         at_points = self.constant + after - tilted
@@ -136,6 +134,22 @@ class ComposedProfile:
             return float(max(left, 0.0)) if numerator <= 0 else float(x[j])
         eps = float(x[j] + math.log(numerator / denominator))
         return float(min(max(eps, left), x[j]))
+
+
+@numba.njit(cache=True)
+def _discounted_suffix(weights: np.ndarray, decay: float) -> np.ndarray:
+    """S_j = sum_{i>j} w_i decay^{i-j}, by S_j = decay (w_{j+1} + S_{j+1}) from the top.
+
+    The first-order recursion of :meth:`ComposedProfile._epsilon_on_grid` (a reversed
+    one-pole filter); every term is at most w_i, so nothing overflows for any epsilon.
+    """
+    n = weights.size
+    out = np.zeros(n)
+    running = 0.0
+    for j in range(n - 2, -1, -1):
+        running = decay * (weights[j + 1] + running)
+        out[j] = running
+    return out
 
 
 @numba.njit(cache=True)

@@ -52,7 +52,7 @@ import math
 
 import numpy as np
 from scipy import fft as sp_fft
-from scipy import special, stats
+from scipy import special
 
 from dpforge.accounting.prv.compose import _U, compose_powers
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
@@ -91,7 +91,7 @@ def _drop_count(chunk: int, rho: float, tail: float) -> int:
     """Smallest K with Pr(Binomial(chunk, rho) > K) <= tail (at least 1)."""
     budget = tail
     for k in range(1, 64):
-        if stats.binom.sf(k, chunk, rho) <= budget:
+        if special.bdtrc(k, chunk, rho) <= budget:
             return k
     return 64
 

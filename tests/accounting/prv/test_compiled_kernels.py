@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from dpforge.accounting.prv import discretise
-from dpforge.accounting.prv.compose import _log_mgf_kernel, _place
+from dpforge.accounting.prv.compose import _discounted_suffix, _log_mgf_kernel, _place
 from dpforge.mechanisms import Gaussian, PoissonSampled, flatten
 
 
@@ -136,3 +136,19 @@ def test_product_of_powers_matches_numpy_powers():
         exact = np.prod(rows ** np.array(counts)[:, None], axis=0)
         got = _product_of_powers(rows, np.array(counts, dtype=np.int64))
         assert np.max(np.abs(got - exact) / np.abs(exact)) <= 1e-11
+
+
+@pytest.mark.parametrize("decay", [0.0, 1e-300, 0.37, 1.0 - 1e-9, 1.0])
+def test_discounted_suffix_matches_the_direct_sum(decay):
+    """S_j = sum_{i>j} w_i decay^{i-j}, the epsilon inversion's recursion, against the sum
+    written out in mpmath (weights spanning 300 orders of magnitude, zeros included)."""
+    rng = np.random.default_rng(7)
+    weights = 10.0 ** rng.uniform(-300, 0, 40)
+    weights[::7] = 0.0
+    compiled = _discounted_suffix(weights, decay)
+    n = weights.size
+    reference = [
+        float(mp.fsum(mp.mpf(weights[i]) * mp.mpf(decay) ** (i - j) for i in range(j + 1, n))) for j in range(n)
+    ]
+    np.testing.assert_allclose(compiled, reference, rtol=1e-13, atol=0.0)
+    assert compiled[-1] == 0.0
