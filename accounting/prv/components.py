@@ -166,13 +166,22 @@ def _chunk(
 
 
 def _chunks(
-    component: Component, direction: Direction, sizes: Sequence[int], step: float, tail: float, kinds: Sequence[str]
+    component: Component,
+    direction: Direction,
+    sizes: Sequence[int],
+    step: float,
+    tail: float,
+    kinds: Sequence[str],
+    fine_scale: float = 1.0,
 ) -> dict[int, dict[str, GridMeasure]]:
     """:func:`_chunk` for every size in ``sizes``; the lower measures of a law with a thin
     tail far beyond its bulk come from one two-scale computation for all sizes
-    (:func:`.two_scale.two_scale_chunks`: the bulk on the fine grid, the tail on the grid)."""
+    (:func:`.two_scale.two_scale_chunks`: the bulk on the fine grid, the tail on the grid).
+
+    The chunks are composed on a grid of (bulk width) / (``_FINE_RESOLUTION`` x
+    ``fine_scale``): see :func:`discretise_all`."""
     loss = component.privacy_loss_distribution(direction)
-    fine = atom_aligned_step([component], direction, bulk_spread(loss) / _FINE_RESOLUTION)
+    fine = atom_aligned_step([component], direction, bulk_spread(loss) / (_FINE_RESOLUTION * fine_scale))
     out: dict[int, dict[str, GridMeasure]] = {size: {} for size in sizes}
     if "lower" in kinds and not loss.atoms:
         largest = max(sizes)
@@ -225,6 +234,7 @@ def discretise_all(
     kinds: Sequence[str],
     staged: bool = False,
     exponent: float | None = None,
+    fine_scale: float = 1.0,
 ) -> dict[str, list[tuple[GridMeasure, int]]]:
     """Discretise every component for each requested bound kind ('upper', 'lower'), on
     graded cells when an ``exponent`` (the saddle exponent of the eps asked about, see
@@ -234,6 +244,13 @@ def discretise_all(
     in chunks of about k steps on a grid fine enough for it (k chosen so that a chunk
     spans about ``_RESOLUTION`` steps; the count is split into ceil(count / k) chunks of
     two neighbouring sizes), and the chunks' composed laws are discretised instead.
+
+    A chunk is composed on a grid ``fine_scale`` times finer than ``_FINE_RESOLUTION``
+    steps per bulk width.  The lower measure of one step loses to first order in its grid
+    step where the law piles up against an end of its support narrower than a cell
+    (subsampled Laplace: the loss within q e^{-1/b} of its lowest atom), and a chunk of
+    c steps pays that c times: the refinement raises ``fine_scale`` when the staged lower
+    chain sets the width (:func:`.evaluate.refine`).
     """
     total = sum(c.count for c in components)
     out: dict[str, list[tuple[GridMeasure, int]]] = {k: [] for k in kinds}
@@ -260,7 +277,7 @@ def discretise_all(
         base, extra = divmod(component.count, pieces)
         plan = [(size, times) for size, times in ((base + 1, extra), (base, pieces - extra)) if times > 0]
         inner_tail = tail / (100.0 * (pieces + 1))
-        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds)
+        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale)
         for size, times in plan:
             for kind in kinds:
                 out[kind].append((built[size][kind], times))

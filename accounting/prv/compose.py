@@ -56,9 +56,11 @@ class ComposedProfile:
     def saddle(self, epsilon: float) -> float | None:
         """About where the composed cumulant's slope reaches ``epsilon`` (the saddle
         exponent there), read off the Chernoff exponents: chord slopes of the convex
-        cumulant, placed at the chords' midpoints and interpolated linearly.  The largest
-        exponent when no chord is as steep; None when no exponents are known.  Only sizes
-        graded cells (:func:`.discretise.graded_lattice`): no bound depends on it."""
+        cumulant, placed at the chords' midpoints and interpolated linearly.  inf when no
+        chord is as steep (the saddle lies beyond the exponents composed: at a tiny eps of
+        a law far narrower than the window, the largest of them can be 1000 times too
+        small); None when no exponents are known.  Only sizes graded cells
+        (:func:`.discretise.graded_lattice`): no bound depends on it."""
         keep = (self.exponents > 0) & np.isfinite(self.cumulants)
         lam, cumulant = self.exponents[keep], self.cumulants[keep]
         if lam.size < 2:
@@ -74,7 +76,7 @@ class ComposedProfile:
         if epsilon <= slopes[0]:
             return float(middles[0] * max(epsilon, 0.0) / slopes[0]) if slopes[0] > 0 else float(middles[0])
         if epsilon >= slopes[-1]:
-            return float(lam[-1])
+            return math.inf
         return float(np.interp(epsilon, slopes, middles))
 
     def delta(self, epsilon: float) -> float:
@@ -87,6 +89,13 @@ class ComposedProfile:
         x = self.positions[active]
         value = self.constant + float(np.dot(self.weights[active], -np.expm1(epsilon - x)))
         return max(value, 0.0)
+
+    def slope(self, epsilon: float) -> float:
+        """-d delta / d eps at ``epsilon`` (>= 0): sum_{x_j > eps} w_j e^{eps - x_j}.
+
+        A change c in the profile's constant moves its epsilon by about c / slope."""
+        active = self.positions > epsilon
+        return float(np.dot(self.weights[active], np.exp(epsilon - self.positions[active])))
 
     def epsilon(self, delta: float) -> float:
         """Smallest eps >= 0 with delta(eps) <= delta (inf when no eps qualifies).
