@@ -530,7 +530,11 @@ def refine(
         if staged:
             # a finer final grid only adds chunks; the single-grid upper chain is refined
             # first (cheaply) ...
-            if upper_open and upper_step is not None and _direct_grid(components, 0.5 * upper_step, tail) <= _DIRECT_LIMIT:
+            # (sized by the windows it had: a tilted window is narrower than the untilted
+            # spread _direct_grid prices; q = 1e-4, sigma = 1, T = 1e7 at delta = 1e-10 had
+            # 288k points where 20 deviations price over 2^19, and stopped 1.6e-3 wide)
+            upper_grid = max(profile.grid_size for profile in evaluation.upper)
+            if upper_open and upper_step is not None and 2 * upper_grid <= _DIRECT_LIMIT:
                 upper_step *= 0.5
                 try:
                     finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=exponents, **tilt_options())

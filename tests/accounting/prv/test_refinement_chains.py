@@ -72,3 +72,17 @@ def test_tail_in_epsilon_reads_the_constant_over_the_slope():
 def test_expected_hits_is_rate_times_count(rate, steps, expected):
     components = flatten(Composed([(PoissonSampled(Gaussian(1.0), rate), steps)]))
     assert evaluate_module.expected_hits(components) == pytest.approx(expected)
+
+
+def test_staged_upper_chain_is_refined_by_the_grid_it_had():
+    """q = 1e-4, sigma = 1, T = 1e7 at delta = 1e-10 is staged from the probe on, and its
+    tilted upper window held 288k points where 20 untilted deviations price over 2^19:
+    the upper chain was not refined, and the call stopped 1.6e-3 wide.  The RDP engine's
+    certified upper bound must stay above our lower bound."""
+    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-4), 10_000_000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-10)
+    assert result.accuracy["reached"]
+    assert (result.upper - result.lower) / result.upper <= 1e-3
+    assert result.lower <= epsilon(description, 1e-10, engine="rdp").upper
