@@ -38,10 +38,13 @@ fixed-grid evaluator used by calibration and the search), :mod:`.engine` (the
 """
 
 from dpforge import _deprecated
+from dpforge.accounting.prv.allocator import raise_thresholds
 from dpforge.accounting.prv.compose import ComposedMeasure, ComposedProfile, compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, lower_measure, upper_measure
 from dpforge.accounting.prv.evaluate import Evaluation, FixedGridEvaluator, evaluate, initial_step
+
+raise_thresholds()  # FFT-sized temporaries without a page fault each (see .allocator)
 
 __all__ = [
     "ComposedMeasure",
