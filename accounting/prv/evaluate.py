@@ -46,14 +46,16 @@ class Evaluation:
     directions: tuple[str, ...] = ()
 
     def dominated(self, delta: float) -> "Evaluation | None":
-        """The directions whose certified upper epsilon is below another direction's
-        certified lower epsilon: they cannot set the maximum, so refining them is
-        wasted work.  Returns them as a partial evaluation (or None)."""
+        """The directions whose certified upper epsilon is at most another direction's
+        certified lower epsilon: they cannot raise the maximum, so refining them is
+        wasted work (at equality too: a tilted upper profile reports its floor, the
+        certified lower end so far, for a direction whose epsilon lies below it).
+        Returns them as a partial evaluation (or None)."""
         if len(self.upper) < 2 or len(self.lower) != len(self.upper):
             return None
         lows = [p.epsilon(delta) for p in self.lower]
         highs = [p.epsilon(delta) for p in self.upper]
-        keep = [i for i in range(len(highs)) if highs[i] < max(lows[:i] + lows[i + 1 :])]
+        keep = [i for i in range(len(highs)) if highs[i] <= max(lows[:i] + lows[i + 1 :])]
         if not keep:
             return None
         return Evaluation(
