@@ -86,6 +86,12 @@ def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.n
     return _differences(cdf_p, sf_p), _differences(cdf_q, sf_q)
 
 
+def _atoms_within(loss: PrivacyLoss, low: float, high: float) -> list[float]:
+    """The finite atoms of the law between ``low`` and ``high``, in the law's order; both
+    constructions put the grid's phase on the first of them."""
+    return [a for a in loss.atoms if np.isfinite(a) and low <= a <= high]
+
+
 def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, exponent: float | None = None) -> GridMeasure:
     """Connect-the-dots pessimistic measure on the grid k*step + phase, from below ``low``
     to above ``high`` (Doroshenko, Ghazi, Kamath, Kumar, Manurangsi 2022): each cell's P-
@@ -103,13 +109,13 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, expon
     the bulk, up to ``GRADE_WIDEST`` steps in the thin tails).  The construction holds
     for any cell edges: the profile equals the true one at every edge and is the chord in
     between (a cell (a, b] puts beta = (m - n e^a) / (1 - e^{a - b}) at b and m - beta at a)."""
-    check_grid((high - low) / step + 2, "the pessimistic grid of one step's privacy loss")
-    atoms = [a for a in loss.atoms if np.isfinite(a) and low <= a <= high]
+    atoms = _atoms_within(loss, low, high)
     phase = float(atoms[0] % step) if atoms else 0.0
     # with atoms on grid points, one more point at each end keeps an atom at an end of
     # the support off the ends of the grid whatever the rounding (the top one would go
     # to +inf)
     margin = 1 if atoms else 0
+    check_grid((high - low) / step + 2 + 2 * margin, "the pessimistic grid of one step's privacy loss")
     k_lo = int(np.floor((low - phase) / step)) - margin
     k_hi = max(int(np.ceil((high - phase) / step)), k_lo + 1) + margin
     if exponent is None:
@@ -326,7 +332,7 @@ def _choose_phase(
     of the best one so far (the excess can change tenfold within 1/200 of a step, and a
     law composed over a million steps pays it a million times).
     """
-    atoms = [a for a in loss.atoms if np.isfinite(a) and low <= a <= high]
+    atoms = _atoms_within(loss, low, high)
     if atoms:
         anchor = atoms[0]
         margin = 256.0 * np.finfo(float).eps * max(1.0, max(abs(a) for a in atoms)) + 1e-9 * step

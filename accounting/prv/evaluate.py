@@ -186,7 +186,7 @@ def initial_step(components: Sequence[Component], delta: float, relative_accurac
 #: fewer expected sampled steps than this the cells stay uniform.  At one step
 #: (sigma = 10, q = 1e-6, delta = 1e-15) the saddle-tilted weight sits beyond the window
 #: and left the cells around eps 64 steps wide: width 1.6e-3 against 1.2e-4 uniform;
-#: at 0.1 expected sampled steps (T = 1e5) 1.04e-3 against 8.3e-4, in 4x the time
+#: at 0.1 expected sampled steps (T = 1e5, delta = 1e-5) 1.04e-3 against 8.3e-4
 _GRADED_MIN_HITS = 8.0
 
 
@@ -508,7 +508,7 @@ def refine(
     # a staged chain that still gains from refining; finer chunk grids pay only where a
     # law piles up against an atom (.components.discretise_all): for subsampled Gaussians
     # a 16x finer chunk grid moved S1's lower bound 1.610786 -> 1.609567, and at q = 1e-6,
-    # T = 1e5, delta = 1e-15 closed a tenth of the width in 1.1 s
+    # T = 1e5, delta = 1e-15 closed a tenth of the width
     upper_open = True
     lower_open = any(
         component.privacy_loss_distribution(direction).atoms
