@@ -79,8 +79,10 @@ def _package_root(tree: Path, scratch: Path, name: str) -> Path:
     return holder
 
 
-def _run(holder: Path, expression: str, engine: str, scale: bool = False) -> dict:
-    env = {**os.environ, "PYTHONPATH": str(holder)}
+def _run(holder: Path, expression: str, engine: str, scale: bool = False, extra_env: dict | None = None) -> dict:
+    """One fresh process timing ``expression`` (see CHILD) with ``holder`` on its path and
+    ``extra_env`` added to its environment."""
+    env = {**os.environ, **(extra_env or {}), "PYTHONPATH": str(holder)}
     command = [sys.executable, "-c", CHILD, expression, engine, "scale" if scale else "small"]
     out = subprocess.run(command, env=env, capture_output=True, text=True, cwd=holder)
     if out.returncode != 0:

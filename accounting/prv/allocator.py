@@ -4,14 +4,14 @@ glibc's malloc serves a block above ``M_MMAP_THRESHOLD`` (128 KiB at start) by m
 returns it to the system on free, and it trims the heap's top above
 ``M_TRIM_THRESHOLD``; every grid-sized array (a 92k-point transform is 1.5 MB) is then
 page-faulted in again on first touch.  glibc raises both thresholds itself, up to 32 and
-64 MiB, once a larger mmapped block is freed, so a process that has freed one big
-array (importing scipy.optimize does) runs the engine up to twice as fast as a fresh one:
-W3 of ``benchmarks/compare_peers.py`` (q = 0.001, sigma = 0.8, T = 1e5) took 41 ms in a
-process that imports only dpforge and 25 ms after ``import scipy.optimize``.
+64 MiB, once a larger mmapped block is freed, so the engine's speed depended on what
+else the process had imported (importing scipy.optimize frees such a block):
+``benchmarks/allocator.py`` (``results/allocator.json``) times W3 (q = 0.001,
+sigma = 0.8, T = 1e5) at 0.60x of glibc's start-up state after ``import scipy.optimize``.
 
 :func:`raise_thresholds` sets the two thresholds to those same values (32 MiB, 64 MiB)
 when the engine is imported, so the timing no longer depends on what else the process
-imported.  Freed memory up to the trim threshold stays with the process for reuse.
+imported (W3 0.48x and S1 0.79x of glibc's start-up state in the same benchmark).  Freed memory up to the trim threshold stays with the process for reuse.
 ``DPFORGE_MALLOC_DEFAULTS=1`` leaves the allocator alone; other C libraries are not
 touched.
 """
