@@ -498,13 +498,12 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
     return ComposedMeasure(positions, masses, above, below, infinity, roundoff, composed.size, lam, cumulant)
 
 
-def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> list[ComposedMeasure]:
-    """:func:`compose` of ``count`` copies of one measure for every count in ``counts``,
-    from one transform: the window is the widest of their Chernoff windows, each power is
-    the transform raised to its count, and each result carries its own aliasing bounds,
-    mass at +inf and round-off allowance, exactly as its own :func:`compose` call would.
-    The results come in increasing order of count."""
-    step = measure.step
+def _powers_window(
+    measure: GridMeasure, counts: Sequence[int], tail: float
+) -> tuple[np.ndarray, np.ndarray, dict[int, tuple[float, float]], float]:
+    """(lambdas, one copy's log-MGF at them, each count's Chernoff edges, the span in
+    nats of the window that holds every count's edges around its own centre) for
+    :func:`compose_powers`."""
     log_tail = math.log(tail)
     largest = max(counts)
     lam = _chernoff_lambdas([(measure, largest)], tail)
@@ -518,12 +517,30 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
                 float(np.max((cumulant[~positive] - log_tail) / lam[~positive])),
                 float(np.min((cumulant[positive] - log_tail) / lam[positive])),
             )
-    centre = int(round(measure.mean_index()))
-    offset = centre * step - measure.shift
-    # the window must hold every count's spread around its own centre (count * offset)
+    offset = int(round(measure.mean_index())) * measure.step - measure.shift
     spread = max(top - count * offset for count, (_, top) in edges.items()) - min(
         bottom - count * offset for count, (bottom, _) in edges.items()
     )
+    return lam, unit, edges, spread
+
+
+def powers_window(measure: GridMeasure, counts: Sequence[int], tail: float) -> float:
+    """The span in nats of the FFT window :func:`compose_powers` would take (nan when the
+    measure has no mass)."""
+    return _powers_window(measure, counts, tail)[3]
+
+
+def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> list[ComposedMeasure]:
+    """:func:`compose` of ``count`` copies of one measure for every count in ``counts``,
+    from one transform: the window is the widest of their Chernoff windows, each power is
+    the transform raised to its count, and each result carries its own aliasing bounds,
+    mass at +inf and round-off allowance, exactly as its own :func:`compose` call would.
+    The results come in increasing order of count."""
+    step = measure.step
+    lam, unit, edges, spread = _powers_window(measure, counts, tail)
+    positive = lam > 0
+    centre = int(round(measure.mean_index()))
+    offset = centre * step - measure.shift
     if not math.isfinite(spread) or spread <= 0:
         raise ParameterError("composed privacy loss has no mass on the grid; check the mechanism parameters")
     check_grid(spread / step + 3, "the FFT window of the composition")

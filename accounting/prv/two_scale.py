@@ -54,7 +54,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy import special
 
-from dpforge.accounting.prv.compose import _U, compose_powers
+from dpforge.accounting.prv.compose import _U, compose_powers, powers_window
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, _choose_phase, lower_measure, lower_on_grid
 from dpforge.accounting.prv.limits import check_grid
@@ -67,6 +67,14 @@ _TAIL_EVENTS = 1e-3
 _ZOOM = 2
 #: a chunk's law is re-discretised within this many nats of its centre (as in .components)
 _CENTRED_RANGE = 600.0
+#: the bulk's fine grid, and the FFT window of its powers, hold at most this many points:
+#: the fine step comes from one step's robust width, which a log-normal bulk makes tiny
+#: next to the span its powers need (sigma = 0.3, q = 1e-6: robust width 2.8e-7 nats, a
+#: bulk reaching 0.03-0.1 nats, windows of 3e7-1.2e8 points over the memory budget).
+#: Any fine step keeps the measure certified; a coarser one loses tightness only where
+#: the bulk's rounding, paid once per step, reaches the coarse step (T = 1,000 at
+#: delta = 1e-5 gives the same bracket to 4e-7 with the fine step 10x or 100x coarser)
+_FINE_POINTS = 2**21
 
 
 def split_point(
@@ -131,15 +139,20 @@ def two_scale_chunks(
     ``split`` on ``side`` on the grid ``step``; the range is ``low`` to ``high``.  Chunks
     of nearby sizes share B~, R~ and one transform for every G_k; K is set by the largest
     (the Binomial tail grows with the size)."""
-    if side == "upper":
-        bulk, rest, rho = _upper_split(loss, step, fine, low, high, split)
-    else:
-        bulk, rest, rho = _lower_split(loss, step, fine, low, high, split)
+    build = _upper_split if side == "upper" else _lower_split
+    # the bulk's own grid within _FINE_POINTS
+    fine = max(fine, (split - low if side == "upper" else high - split) / _FINE_POINTS)
+    bulk, rest, rho = build(loss, step, fine, low, high, split)
     terms = min(_drop_count(max(sizes), rho, tail), min(sizes))
     counts = sorted({size - k for size in sizes for k in range(terms + 1)})
+    inner_tail = tail / (10.0 * len(counts))
+    # ... and the window of its powers, whose span in nats hardly depends on the fine step
+    span = powers_window(bulk, counts, inner_tail)
+    if span / fine > _FINE_POINTS:
+        fine = span / _FINE_POINTS
+        bulk, rest, rho = build(loss, step, fine, low, high, split)
     # G_n = B~^{*n} on the fine grid, then onto the coarse grid at one phase (the largest
     # count's), so that every term of every chunk lies on one lattice
-    inner_tail = tail / (10.0 * len(counts))
     phase = None
     coarse: dict[int, GridMeasure] = {}
     for count, composed in reversed(list(zip(counts, compose_powers(bulk, counts, inner_tail)))):
