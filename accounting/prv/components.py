@@ -123,6 +123,49 @@ def single_step_moments(loss: PrivacyLoss, tail: float) -> tuple[float, float, f
     return mean, float(np.dot(m, (x - mean) ** 2)), span
 
 
+@functools.lru_cache(maxsize=LAW_CACHE)
+def _coarse_law(loss: PrivacyLoss, tail: float) -> tuple[np.ndarray, np.ndarray]:
+    """(positions, P-masses) of one step's coarse connect-the-dots measure (as
+    :func:`single_step_moments`), normalised, without its empty cells."""
+    cut = truncation(loss, tail)
+    span = max(cut.high - cut.low, 1e-9)
+    coarse = upper_measure(loss, span / _MOMENT_POINTS, cut.low, cut.high, exponent=0.0)
+    keep = coarse.masses > 0
+    return coarse.positions[keep], coarse.masses[keep] / max(coarse.total_mass, 1e-300)
+
+
+#: the largest exponent :func:`saddle_exponent` searches
+_SADDLE_SEARCH = 1e4
+
+
+def saddle_exponent(components: Sequence[Component], direction: Direction, tail: float, epsilon: float) -> float:
+    """The exponent lambda >= 0 at which the composed loss tilted by e^{lambda l} has its
+    mean at ``epsilon`` (K'(lambda) = eps, K the composed cumulant generating function;
+    the saddle point of Daniels 1954), read from each step's coarse measure, so that it
+    sees a subsampled law's heavy right tail (a normal approximation, as
+    :func:`.evaluate.saddle_estimate`, puts it at 1e5 for sigma = 0.3, q = 1e-6, T = 1e3
+    where it lies at 2.4).  0 when the untilted mean is already at eps or past it, or
+    when eps lies beyond what the coarse laws reach below ``_SADDLE_SEARCH``.  No bound
+    depends on it."""
+    laws = [(_coarse_law(c.privacy_loss_distribution(direction), tail), c.count) for c in components]
+
+    def tilted_mean(lam: float) -> float:
+        total = 0.0
+        for (x, m), count in laws:
+            logs = np.log(m) + lam * x
+            weights = np.exp(logs - float(np.max(logs)))
+            total += count * float(np.dot(weights, x) / np.sum(weights))
+        return total
+
+    if not math.isfinite(epsilon) or tilted_mean(0.0) >= epsilon or tilted_mean(_SADDLE_SEARCH) < epsilon:
+        return 0.0
+    low, high = 0.0, _SADDLE_SEARCH
+    while high - low > 1e-3 * high:  # bisection, geometric below 1 (the mean rises with lambda)
+        middle = 0.5 * (low + high) if high - low > 1.0 else math.sqrt(max(low, 1e-9) * high)
+        low, high = (middle, high) if tilted_mean(middle) < epsilon else (low, middle)
+    return high
+
+
 #: a component of at least this many steps gets its optimistic grid phase searched with
 #: more zoom passes (.discretise._choose_phase): it pays the rounding once per step
 _ZOOM_COUNT = 10_000
@@ -173,10 +216,12 @@ def _chunks(
     tail: float,
     kinds: Sequence[str],
     fine_scale: float = 1.0,
+    theta: float = 0.0,
 ) -> dict[int, dict[str, GridMeasure]]:
     """:func:`_chunk` for every size in ``sizes``; the lower measures of a law with a thin
     tail far beyond its bulk come from one two-scale computation for all sizes
-    (:func:`.two_scale.two_scale_chunks`: the bulk on the fine grid, the tail on the grid).
+    (:func:`.two_scale.two_scale_chunks`: the bulk on the fine grid, the tail on the grid,
+    their sum also formed tilted by e^{``theta`` x} when ``theta`` > 0).
 
     The chunks are composed on a grid of (bulk width) / (``_FINE_RESOLUTION`` x
     ``fine_scale``): see :func:`discretise_all`."""
@@ -188,7 +233,8 @@ def _chunks(
         cut = truncation(loss, tail / (10.0 * largest))
         split = split_point(loss, largest, step, _bulk_quantiles(loss)[:2], cut.low, cut.high)
         if split is not None:
-            for size, measure in two_scale_chunks(loss, list(sizes), step, fine, cut.low, cut.high, *split, tail).items():
+            chunks = two_scale_chunks(loss, list(sizes), step, fine, cut.low, cut.high, *split, tail, theta=theta)
+            for size, measure in chunks.items():
                 out[size]["lower"] = measure
             kinds = tuple(kind for kind in kinds if kind != "lower")
     for size in sizes:
@@ -235,6 +281,7 @@ def discretise_all(
     staged: bool = False,
     exponent: float | None = None,
     fine_scale: float = 1.0,
+    chunk_theta: float = 0.0,
 ) -> dict[str, list[tuple[GridMeasure, int]]]:
     """Discretise every component for each requested bound kind ('upper', 'lower'), on
     graded cells when an ``exponent`` (the saddle exponent of the eps asked about, see
@@ -251,6 +298,11 @@ def discretise_all(
     (subsampled Laplace: the loss within q e^{-1/b} of its lowest atom), and a chunk of
     c steps pays that c times: the refinement raises ``fine_scale`` when the staged lower
     chain sets the width (:func:`.evaluate.refine`).
+
+    ``chunk_theta`` > 0 (the saddle exponent of the eps a tilted evaluation reads) also
+    forms the two-scale chunks' sums tilted (:func:`.two_scale.two_scale_chunks`):
+    untilted, a chunk's round-off (about 1e-16 of its peak) hides the rarer events a tiny
+    delta reads.
     """
     total = sum(c.count for c in components)
     out: dict[str, list[tuple[GridMeasure, int]]] = {k: [] for k in kinds}
@@ -277,7 +329,7 @@ def discretise_all(
         base, extra = divmod(component.count, pieces)
         plan = [(size, times) for size, times in ((base + 1, extra), (base, pieces - extra)) if times > 0]
         inner_tail = tail / (100.0 * (pieces + 1))
-        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale)
+        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale, chunk_theta)
         for size, times in plan:
             for kind in kinds:
                 out[kind].append((built[size][kind], times))

@@ -25,6 +25,7 @@ from dpforge.accounting.prv.components import (
     directions_for,
     discretise_all,
     loss_moments,
+    saddle_exponent,
 )
 from dpforge.accounting.prv.compose import ComposedProfile, compose
 from dpforge.accounting.prv.tilt import compose_tilted, saddle_tilt
@@ -144,12 +145,25 @@ def evaluate(
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
-            key = (direction, direction_step, kind, staged, exponent, fine_scale)
+            # a tilted evaluation's staged lower chunks are also summed tilted, at the saddle
+            # exponent of the eps it reads
+            chunk_theta = 0.0
+            if staged and kind == "lower" and tilt_at is not None:
+                chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
+            key = (direction, direction_step, kind, staged, exponent, fine_scale, chunk_theta)
             if cache is not None and key in cache:
                 measures = cache[key]
             else:
                 measures = discretise_all(
-                    components, direction, direction_step, tail, (kind,), staged=staged, exponent=exponent, fine_scale=fine_scale
+                    components,
+                    direction,
+                    direction_step,
+                    tail,
+                    (kind,),
+                    staged=staged,
+                    exponent=exponent,
+                    fine_scale=fine_scale,
+                    chunk_theta=chunk_theta,
                 )[kind]
                 if cache is not None:
                     cache[key] = measures

@@ -133,12 +133,14 @@ def two_scale_chunks(
     split: float,
     side: str,
     tail: float,
+    theta: float = 0.0,
 ) -> dict[int, GridMeasure]:
     """The optimistic measure of a chunk of each size in ``sizes`` steps of ``loss`` on the
     grid ``step`` (module docstring): the bulk on the grid ``fine``, the tail beyond
     ``split`` on ``side`` on the grid ``step``; the range is ``low`` to ``high``.  Chunks
     of nearby sizes share B~, R~ and one transform for every G_k; K is set by the largest
-    (the Binomial tail grows with the size)."""
+    (the Binomial tail grows with the size).  With ``theta`` > 0 the sum over k is also
+    formed tilted by e^{theta x} (:func:`_sum_of_products`)."""
     build = _upper_split if side == "upper" else _lower_split
     # the bulk's own grid within _FINE_POINTS
     fine = max(fine, (split - low if side == "upper" else high - split) / _FINE_POINTS)
@@ -160,7 +162,7 @@ def two_scale_chunks(
         if phase is None:
             phase = _choose_phase(law, step, float(law.positions[0]), float(law.positions[-1]))
         coarse[count] = _coarse_lower(law, whole, step, phase)
-    return {size: _sum_of_products([coarse[size - k] for k in range(terms + 1)], rest, size, terms) for size in sizes}
+    return {size: _sum_of_products([coarse[size - k] for k in range(terms + 1)], rest, size, terms, theta) for size in sizes}
 
 
 def _upper_split(
@@ -216,9 +218,21 @@ def _lower_split(
     return bulk, rest, float(loss.cdf(split_f, "P"))
 
 
-def _sum_of_products(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int) -> GridMeasure:
+def _sum_of_products(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int, theta: float = 0.0) -> GridMeasure:
     """sum_k C(chunk, k) coarse[k] * rest^{*k} on one FFT window holding the whole
-    support, with the round-off allowance removed from every entry."""
+    support (no aliasing), with the round-off allowance removed from every entry.
+
+    Every entry of that sum is at most the exact sum's entry.  Its allowance is relative
+    to the sum's peak, so entries rarer than about 1e-16 of the peak are lost, and at a
+    tiny delta those are the events that set eps.  With ``theta`` > 0 the sum is formed a
+    second time with every factor tilted by e^{theta i step} (i its lattice index; indices
+    add under convolution, so the tilted sum's entry i is the exact one times
+    e^{theta i step}), and entry i of that sum, less its own allowance, is untilted by
+    e^{-theta i step}: also at most the exact entry, with the allowance now relative to
+    the tilted peak (the tilting of Section 3 of the design notes, applied to a chunk).
+    The measure kept is the larger of the two at every entry, which is still at most the
+    exact entry: a sub-measure of the exact sum, whose profile is below the exact one at
+    every eps."""
     step = rest.step
     # every term on the lattice i * step - shift, shift the largest (atoms move down only)
     shifts = [coarse[k].shift + k * rest.shift for k in range(terms + 1)]
@@ -227,23 +241,68 @@ def _sum_of_products(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, t
     last = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
     check_grid(last - first + 1, "the window of a two-scale chunk")
     size = sp_fft.next_fast_len(last - first + 1, real=True)
-    rest_row = np.zeros(size)
-    rest_row[: rest.masses.size] = rest.masses
+    masses = _summed(coarse, rest, chunk, terms, first, size, last - first + 1, 0.0)
+    if theta > 0.0:
+        masses = np.maximum(masses, _summed(coarse, rest, chunk, terms, first, size, last - first + 1, theta))
+    return GridMeasure(first, masses, step, shift, 0.0)
+
+
+def _log_binomial(chunk: int, k: int) -> float:
+    return float(special.gammaln(chunk + 1) - special.gammaln(k + 1) - special.gammaln(chunk - k + 1))
+
+
+def _tilted_row(measure: GridMeasure, theta: float, size: int, offset: int) -> tuple[np.ndarray, float]:
+    """(a row of ``size`` with m_j e^{theta (first + j) step - top} from ``offset``, top):
+    top is the largest log, so the row's largest entry is 1 (an empty measure gives a zero
+    row and top -inf)."""
+    row = np.zeros(size)
+    if theta == 0.0:
+        peak = float(np.max(measure.masses)) if measure.masses.size else 0.0
+        if peak > 0.0:
+            row[offset : offset + measure.masses.size] = measure.masses / peak
+        return row, math.log(peak) if peak > 0.0 else -math.inf
+    with np.errstate(divide="ignore"):
+        logs = np.log(measure.masses) + theta * ((measure.first_index + np.arange(measure.masses.size)) * measure.step)
+    top = float(np.max(logs)) if logs.size else -math.inf
+    if math.isfinite(top):
+        row[offset : offset + measure.masses.size] = np.exp(logs - top)
+    return row, top
+
+
+def _summed(
+    coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int, first: int, size: int, length: int, theta: float
+) -> np.ndarray:
+    """The ``length`` entries from lattice index ``first`` of sum_k C(chunk, k) coarse[k] *
+    rest^{*k}, each at most the exact entry: formed tilted by e^{theta i step} (theta = 0:
+    untilted) on a window of ``size``, the allowance removed, then untilted
+    (:func:`_sum_of_products`).  Factors and terms are scaled by their largest entries,
+    kept in log space, so that no tilt overflows."""
+    step = rest.step
+    rest_row, rest_top = _tilted_row(rest, theta, size, 0)
     rest_spectrum = sp_fft.rfft(rest_row)
+    rows, logs = [], []
+    for k in range(terms + 1):
+        row, top = _tilted_row(coarse[k], theta, size, coarse[k].first_index + k * rest.first_index - first)
+        rows.append(row)
+        logs.append(_log_binomial(chunk, k) + top + k * rest_top)
+    scale = max(value for value in logs if math.isfinite(value))
     total = np.zeros(size // 2 + 1, dtype=complex)
     power = np.ones(size // 2 + 1, dtype=complex)
     for k in range(terms + 1):
         if k > 0:
             power = power * rest_spectrum
-        row = np.zeros(size)
-        offset = coarse[k].first_index + k * rest.first_index - first
-        row[offset : offset + coarse[k].masses.size] = coarse[k].masses
-        weight = math.exp(special.gammaln(chunk + 1) - special.gammaln(k + 1) - special.gammaln(chunk - k + 1))
-        total += weight * sp_fft.rfft(row) * power
+        if math.isfinite(logs[k]):
+            total += math.exp(logs[k] - scale) * sp_fft.rfft(rows[k]) * power
     raw = sp_fft.irfft(total, size)
-    masses = raw[: last - first + 1]
     # the allowance of .compose: a model of the FFT's error (products of terms + 2
     # transforms and a sum of terms + 1), or twice the most negative entry if larger
     roundoff = max(_U * (4.0 * (terms + 2) + math.log2(size)) * float(np.max(raw)), 2.0 * max(-float(np.min(raw)), 0.0))
-    masses = np.maximum(masses - roundoff, 0.0)
-    return GridMeasure(first, masses, step, shift, 0.0)
+    kept = np.maximum(raw[:length] - roundoff, 0.0)
+    if theta == 0.0:
+        return kept * math.exp(scale)
+    out = np.zeros(length)
+    positive = kept > 0.0
+    # the exponent is at most log of the exact entry (<= 1): no overflow
+    lattice = (first + np.flatnonzero(positive)) * step
+    out[positive] = np.exp(np.log(kept[positive]) + scale - theta * lattice)
+    return out
