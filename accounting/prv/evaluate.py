@@ -110,6 +110,7 @@ def evaluate(
     exponents: Mapping[str, float] | None = None,
     cache: dict | None = None,
     fine_scale: float = 1.0,
+    chunk_tilt: bool = False,
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
@@ -130,7 +131,11 @@ def evaluate(
     tilted probe after the untilted one) composes them without discretising again.
 
     ``fine_scale``: staged chunks are composed on a grid this many times finer than the
-    default (:func:`.components.discretise_all`)."""
+    default (:func:`.components.discretise_all`).
+
+    ``chunk_tilt`` (with ``tilt_at``): the staged lower chunks' sums are also formed
+    tilted, at the saddle exponent of ``tilt_at`` (:func:`.components.saddle_exponent`,
+    :func:`.two_scale.two_scale_chunks`)."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -148,7 +153,7 @@ def evaluate(
             # a tilted evaluation's staged lower chunks are also summed tilted, at the saddle
             # exponent of the eps it reads
             chunk_theta = 0.0
-            if staged and kind == "lower" and tilt_at is not None:
+            if chunk_tilt and staged and kind == "lower" and tilt_at is not None:
                 chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
             key = (direction, direction_step, kind, staged, exponent, fine_scale, chunk_theta)
             if cache is not None and key in cache:
@@ -316,6 +321,7 @@ def _evaluate_chains(
     exponents: Mapping[str, float] | None = None,
     cache: dict | None = None,
     fine_scale: float = 1.0,
+    chunk_tilt: bool = False,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``.
@@ -324,10 +330,33 @@ def _evaluate_chains(
     pair (upper from one grid, lower from another) brackets the same true profile."""
     tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents, "cache": cache}
     if not staged or upper_step is None:
-        return evaluate(components, step, tail, staged=staged, settled=settled, fine_scale=fine_scale, **tilting)
+        return evaluate(
+            components, step, tail, staged=staged, settled=settled, fine_scale=fine_scale, chunk_tilt=chunk_tilt, **tilting
+        )
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
-    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, fine_scale=fine_scale, **tilting)
+    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, fine_scale=fine_scale, chunk_tilt=chunk_tilt, **tilting)
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
+
+
+def _tighter(evaluation: Evaluation, finer: Evaluation, delta: float | None) -> Evaluation:
+    """``finer``, except that for an epsilon query (``delta`` given) a direction keeps its
+    upper (lower) profile from ``evaluation`` where that one certifies the smaller
+    (larger) epsilon.  Each profile is certified on its own grid, so either may be kept,
+    direction by direction.  A tilted evaluation reports +inf (upper) and 0 (lower) for
+    a direction whose epsilon lies far below the tilt (sigma = 0.3, q = 1e-3, T = 1e5 at
+    delta = 1e-10: 'add' reaches at most 100 nats, the tilt sits at 207), and the
+    maximum over directions then took +inf for the whole upper bound: the untilted
+    probe's 208.01 was kept against the tilted 206.389."""
+    if delta is None or set(evaluation.directions) != set(finer.directions):
+        return finer
+    old_upper = dict(zip(evaluation.directions, evaluation.upper))
+    old_lower = dict(zip(evaluation.directions, evaluation.lower))
+    upper, lower = [], []
+    for direction, new_up, new_low in zip(finer.directions, finer.upper, finer.lower):
+        old_up, old_low = old_upper[direction], old_lower[direction]
+        upper.append(old_up if old_up.epsilon(delta) < new_up.epsilon(delta) else new_up)
+        lower.append(old_low if old_low.epsilon(delta) > new_low.epsilon(delta) else new_low)
+    return Evaluation(finer.step, tuple(upper), tuple(lower), finer.directions)
 
 
 def _with_lower(evaluation: Evaluation, lower: Evaluation) -> Evaluation:
@@ -500,6 +529,7 @@ def refine(
             budget = _TILT_BUDGET * relative_accuracy * level
             # a direction the untilted probe already shows dominated keeps its bounds
             settled = evaluation.dominated(delta) if delta is not None and not staged else None
+            probe = evaluation
             evaluation = _evaluate_chains(
                 components,
                 step,
@@ -513,6 +543,7 @@ def refine(
                 exponents=probe_exponents,
                 cache=probe_measures,
             )
+            evaluation = _tighter(probe, evaluation, delta)
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
             learn(evaluation, high)
@@ -530,6 +561,13 @@ def refine(
         for direction in directions_for(components)
     )
     fine_scale = 1.0  # staged chunks' grids, relative to .components._FINE_RESOLUTION
+    # staged chunks' sums also formed tilted (evaluate's chunk_tilt): only two-scale chunks
+    # (laws without atoms) have such sums
+    chunks_tilted = all(
+        component.privacy_loss_distribution(direction).atoms
+        for component in components
+        for direction in directions_for(components)
+    )
     smallest_tail = _TAIL_FLOOR * tail
     while refinements < (0 if fixed else max_refinements):
         width = high - low
@@ -557,7 +595,11 @@ def refine(
                 except LimitError:
                     upper_open = False
                     continue
-                evaluation = Evaluation(evaluation.step, finer.upper, evaluation.lower, evaluation.directions)
+                by_direction = dict(zip(finer.directions, finer.upper))
+                finer = Evaluation(
+                    evaluation.step, tuple(by_direction[d] for d in evaluation.directions), evaluation.lower, evaluation.directions
+                )
+                evaluation = _tighter(evaluation, finer, delta)
                 new_high = bounds_of(evaluation)[1]
                 refinements += 1
                 gain = high - new_high
@@ -565,17 +607,33 @@ def refine(
                 if gain < 0.25 * (high - low):
                     upper_open = False  # the upper chain has converged
                 continue
+            # ... then, at a tilted evaluation, the chunks' own sums tilted as well: a chunk's
+            # round-off (1e-16 of its peak) hides the rare events a tiny delta reads (sigma =
+            # 0.3, q = 1e-6, T = 1e3 at delta = 1e-10: 1.2 % wide -> 2e-5); not before, since
+            # the untilted chunks are cached from the probe and usually suffice ...
+            tilt_round = tilted and not chunks_tilted
+            if tilt_round:
+                chunks_tilted = True
             # ... then the staged chain(s) on finer chunk grids: the chunks' lower measures
             # lose to first order in the chunk grid where a law piles up at an end of its
             # support (.components.discretise_all), so the width is aimed at half the goal
             # under that order
-            if not lower_open:
+            elif lower_open:
+                fine_scale *= min(max(width / (0.5 * relative_accuracy * high), 2.0), 16.0)
+            else:
                 break
-            fine_scale *= min(max(width / (0.5 * relative_accuracy * high), 2.0), 16.0)
             try:
                 if upper_step is None:  # both chains are staged
                     finer = _evaluate_chains(
-                        components, step, tail, True, None, exponents=exponents, fine_scale=fine_scale, **tilt_options()
+                        components,
+                        step,
+                        tail,
+                        True,
+                        None,
+                        exponents=exponents,
+                        fine_scale=fine_scale,
+                        chunk_tilt=chunks_tilted,
+                        **tilt_options(),
                     )
                 else:
                     settled = evaluation.dominated(delta) if delta is not None else None
@@ -588,6 +646,7 @@ def refine(
                         settled=settled,
                         exponents=exponents,
                         fine_scale=fine_scale,
+                        chunk_tilt=chunks_tilted,
                         **tilt_options(),
                     )
                     finer = _with_lower(evaluation, lower_only)
@@ -600,8 +659,8 @@ def refine(
             # from a direct grid that a few more rounds overtake)
             gain = max(new_low - old_low, 0.0) + max(old_high - new_high, 0.0)
             low, high = max(low, new_low), min(high, new_high)
-            evaluation = finer
-            if gain < 0.25 * width:
+            evaluation = _tighter(evaluation, finer, delta)
+            if gain < 0.25 * width and not tilt_round:
                 lower_open = False  # finer chunks no longer pay: the final grid sets the width
             continue
         factor = _step_factor(relative_accuracy * high, width, step, history)
@@ -622,13 +681,14 @@ def refine(
         try:
             if reuse_upper:
                 lower_only = evaluate(components, step, tail, kinds=("lower",), staged=True, exponents=exponents, **tilt_options())
-                evaluation = dataclasses.replace(_with_lower(evaluation, lower_only), step=step)
+                finer = dataclasses.replace(_with_lower(evaluation, lower_only), step=step)
             else:
-                evaluation = _evaluate_chains(
+                finer = _evaluate_chains(
                     components, step, tail, staged, upper_step, settled=settled, exponents=exponents, **tilt_options()
                 )
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
+        evaluation = _tighter(evaluation, finer, delta)
         new_low, new_high = bounds_of(evaluation)
         low, high = max(low, new_low), min(high, new_high)
         learn(evaluation, high)
