@@ -12,6 +12,7 @@ from typing import Sequence
 
 from dpforge.accounting.prv import limits
 from dpforge.accounting.prv.evaluate import Evaluation, Refined, normal_epsilon, probe_step, refine
+from dpforge.accounting.prv.total_variation import total_variation_bound
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
@@ -87,7 +88,9 @@ def _epsilon(
     (upper - lower) / upper <= ``relative_accuracy`` (or the grid limit is reached;
     ``accuracy['achieved']`` reports what was reached).  Pass ``step`` to fix the grid.
     Every grid is checked against ``memory_budget`` bytes (default 2 GiB) before it is
-    allocated (:mod:`.limits`).
+    allocated (:mod:`.limits`).  Where the composition's total variation bound is at
+    most delta, eps = 0 exactly and no grid is built (:mod:`.total_variation`;
+    ``accuracy["total_variation"]`` holds the bound).
     """
     _reject_options(options)
     delta = require_probability_open("delta", delta)
@@ -103,6 +106,11 @@ def _epsilon(
         step = require_positive("step", step)
         first, max_refinements = step, 0
     else:
+        bound = total_variation_bound(components)
+        if bound <= delta:  # delta(0) <= delta: eps = 0 exactly (.total_variation)
+            accuracy = {"relative_accuracy": relative_accuracy, "achieved": 0.0, "reached": True}
+            accuracy |= {"grid_step": None, "grid_size": 0, "refinements": 0, "tilted": False, "total_variation": bound}
+            return EpsilonResult(lower=0.0, upper=0.0, estimate=0.0, delta=delta, engine=NAME, accuracy=accuracy)
         first = probe_step(components, delta, relative_accuracy, tail)
     refined = refine(
         components,

@@ -110,8 +110,9 @@ def epsilon_prefixes(
         max_refinements=max_refinements,
         memory_budget=memory_budget_bytes,
     )
-    if len(parts) == 1:
-        return [full]
+    if len(parts) == 1 or full.accuracy["grid_step"] is None:
+        # eps = 0 of the whole by its total variation bound, which bounds every prefix too
+        return [full] * len(parts)
     step, tail = full.accuracy["grid_step"], 1e-4 * delta
     rows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(parts) - 1)
     with memory_budget(memory_budget_bytes):

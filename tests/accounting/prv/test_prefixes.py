@@ -34,3 +34,12 @@ def test_one_part_is_plain_epsilon_and_empty_is_refused():
     assert len(single) == 1 and single[0].upper == epsilon(PARTS[0], 1e-5).upper
     with pytest.raises(ValueError, match="at least one"):
         epsilon_prefixes([], 1e-5)
+
+
+def test_prefixes_of_a_plan_under_its_total_variation_are_all_zero():
+    """eps = 0 of the whole plan by its total variation bound bounds every prefix: no
+    grid step to compose the prefixes on, and none needed."""
+    parts = [Composed([(PoissonSampled(Gaussian(1.0), 1e-4), 100)])] * 3
+    rows = epsilon_prefixes(parts, 0.1)
+    assert [(row.lower, row.upper) for row in rows] == [(0.0, 0.0)] * 3
+    assert all(row.accuracy["total_variation"] <= 0.1 for row in rows)
