@@ -111,6 +111,7 @@ def evaluate(
     cache: dict | None = None,
     fine_scale: float = 1.0,
     chunk_tilt: bool = False,
+    length_scale: float = 1.0,
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
@@ -135,7 +136,8 @@ def evaluate(
 
     ``chunk_tilt`` (with ``tilt_at``): the staged lower chunks' sums are also formed
     tilted, at the saddle exponent of ``tilt_at`` (:func:`.components.saddle_exponent`,
-    :func:`.two_scale.two_scale_chunks`)."""
+    :func:`.two_scale.two_scale_chunks`); ``length_scale``: staged chunks about
+    length_scale^2 times longer (:func:`.components.discretise_all`)."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -155,7 +157,7 @@ def evaluate(
             chunk_theta = 0.0
             if chunk_tilt and staged and kind == "lower" and tilt_at is not None:
                 chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
-            key = (direction, direction_step, kind, staged, exponent, fine_scale, chunk_theta)
+            key = (direction, direction_step, kind, staged, exponent, fine_scale, chunk_theta, length_scale)
             if cache is not None and key in cache:
                 measures = cache[key]
             else:
@@ -169,6 +171,7 @@ def evaluate(
                     exponent=exponent,
                     fine_scale=fine_scale,
                     chunk_theta=chunk_theta,
+                    length_scale=length_scale,
                 )[kind]
                 if cache is not None:
                     cache[key] = measures
@@ -322,6 +325,7 @@ def _evaluate_chains(
     cache: dict | None = None,
     fine_scale: float = 1.0,
     chunk_tilt: bool = False,
+    length_scale: float = 1.0,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``.
@@ -331,10 +335,28 @@ def _evaluate_chains(
     tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents, "cache": cache}
     if not staged or upper_step is None:
         return evaluate(
-            components, step, tail, staged=staged, settled=settled, fine_scale=fine_scale, chunk_tilt=chunk_tilt, **tilting
+            components,
+            step,
+            tail,
+            staged=staged,
+            settled=settled,
+            fine_scale=fine_scale,
+            chunk_tilt=chunk_tilt,
+            length_scale=length_scale,
+            **tilting,
         )
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
-    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, fine_scale=fine_scale, chunk_tilt=chunk_tilt, **tilting)
+    lower = evaluate(
+        components,
+        step,
+        tail,
+        kinds=("lower",),
+        staged=True,
+        fine_scale=fine_scale,
+        chunk_tilt=chunk_tilt,
+        length_scale=length_scale,
+        **tilting,
+    )
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
 
 
@@ -395,6 +417,13 @@ _TAIL_SHARE = 0.1
 #: ... to this share (and to no less than _TAIL_FLOOR of the tail first given)
 _TAIL_AIM = 0.02
 _TAIL_FLOOR = 1e-8
+#: a staged evaluation's single-grid upper chain is refined up to this many points (the
+#: lower chain's chunks set the staging, not this grid; sigma = 1, q = 1e-6, T = 1e5 at
+#: delta = 1e-15 converges at second order, 0.0029548 at 2^20 points, 0.0029521 at 2^21)
+_UPPER_LIMIT = 2 * _DIRECT_LIMIT
+#: the staged chunks' second build: chunks this many times _RESOLUTION steps wide
+#: (.components.discretise_all's length_scale; 16x longer)
+_LONGER_CHUNKS = 4.0
 
 
 def tail_in_epsilon(evaluation: Evaluation, delta: float) -> float:
@@ -555,15 +584,16 @@ def refine(
     # a 16x finer chunk grid moved S1's lower bound 1.610786 -> 1.609567, and at q = 1e-6,
     # T = 1e5, delta = 1e-15 closed a tenth of the width
     upper_open = True
+    upper_history: list[tuple[float, float]] = []  # (upper_step, width) of the staged upper rounds
     lower_open = any(
         component.privacy_loss_distribution(direction).atoms
         for component in components
         for direction in directions_for(components)
     )
     fine_scale = 1.0  # staged chunks' grids, relative to .components._FINE_RESOLUTION
-    # staged chunks' sums also formed tilted (evaluate's chunk_tilt): only two-scale chunks
-    # (laws without atoms) have such sums
-    chunks_tilted = all(
+    # staged two-scale chunks (laws without atoms) built a second time, tilted and longer
+    chunk_tilt, length_scale = False, 1.0
+    chunks_revised = all(
         component.privacy_loss_distribution(direction).atoms
         for component in components
         for direction in directions_for(components)
@@ -587,9 +617,13 @@ def refine(
             # (sized by the windows it had: a tilted window is narrower than the untilted
             # spread _direct_grid prices; q = 1e-4, sigma = 1, T = 1e7 at delta = 1e-10 had
             # 288k points where 20 deviations price over 2^19, and stopped 1.6e-3 wide)
+            # (by the step model on its own history, within 8x and the grid limit: halving
+            # took 5 rounds from the probe at sigma = 1, q = 1e-6, T = 1e5, delta = 1e-15)
             upper_grid = max(profile.grid_size for profile in evaluation.upper)
-            if upper_open and upper_step is not None and 2 * upper_grid <= _DIRECT_LIMIT:
-                upper_step *= 0.5
+            if upper_open and upper_step is not None and 2 * upper_grid <= _UPPER_LIMIT:
+                factor = min(max(_step_factor(relative_accuracy * high, width, upper_step, upper_history), 0.125), 0.5)
+                upper_history.append((upper_step, width))
+                upper_step *= max(factor, upper_grid / _UPPER_LIMIT)
                 try:
                     finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=exponents, **tilt_options())
                 except LimitError:
@@ -607,13 +641,18 @@ def refine(
                 if gain < 0.25 * (high - low):
                     upper_open = False  # the upper chain has converged
                 continue
-            # ... then, at a tilted evaluation, the chunks' own sums tilted as well: a chunk's
-            # round-off (1e-16 of its peak) hides the rare events a tiny delta reads (sigma =
-            # 0.3, q = 1e-6, T = 1e3 at delta = 1e-10: 1.2 % wide -> 2e-5); not before, since
-            # the untilted chunks are cached from the probe and usually suffice ...
-            tilt_round = tilted and not chunks_tilted
-            if tilt_round:
-                chunks_tilted = True
+            # ... then, once, the two-scale chunks (laws without atoms) built again: the
+            # probe's chunks are cached and usually suffice, but at a tilted evaluation their
+            # sums are now tilted as well, since a chunk's round-off (1e-16 of its peak) hides
+            # the rare events a tiny delta reads (sigma = 0.3, q = 1e-6, T = 1e3 at
+            # delta = 1e-10: 1.2 % wide -> 2e-5) ...
+            # ... and each chunk pays its rounding onto the grid once, so 16x longer chunks
+            # (length_scale 4) lose less where that sets the width (sigma = 1, q = 1e-6,
+            # T = 1e5 at delta = 1e-15: 0.0029468 -> 0.0029499 against the upper 0.0029521)
+            second_round = not chunks_revised
+            if second_round:
+                chunks_revised = True
+                chunk_tilt, length_scale = tilted, _LONGER_CHUNKS
             # ... then the staged chain(s) on finer chunk grids: the chunks' lower measures
             # lose to first order in the chunk grid where a law piles up at an end of its
             # support (.components.discretise_all), so the width is aimed at half the goal
@@ -632,7 +671,8 @@ def refine(
                         None,
                         exponents=exponents,
                         fine_scale=fine_scale,
-                        chunk_tilt=chunks_tilted,
+                        chunk_tilt=chunk_tilt,
+                        length_scale=length_scale,
                         **tilt_options(),
                     )
                 else:
@@ -646,7 +686,8 @@ def refine(
                         settled=settled,
                         exponents=exponents,
                         fine_scale=fine_scale,
-                        chunk_tilt=chunks_tilted,
+                        chunk_tilt=chunk_tilt,
+                        length_scale=length_scale,
                         **tilt_options(),
                     )
                     finer = _with_lower(evaluation, lower_only)
@@ -660,7 +701,7 @@ def refine(
             gain = max(new_low - old_low, 0.0) + max(old_high - new_high, 0.0)
             low, high = max(low, new_low), min(high, new_high)
             evaluation = _tighter(evaluation, finer, delta)
-            if gain < 0.25 * width and not tilt_round:
+            if gain < 0.25 * width and not second_round:
                 lower_open = False  # finer chunks no longer pay: the final grid sets the width
             continue
         factor = _step_factor(relative_accuracy * high, width, step, history)

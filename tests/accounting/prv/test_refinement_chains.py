@@ -124,3 +124,19 @@ def test_a_direction_far_below_the_tilt_keeps_its_untilted_upper_bound():
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
     assert result.upper < 207.0
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+@pytest.mark.slow
+def test_staged_rare_hits_at_tiny_delta_reach_the_width():
+    """sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 (eps = 0.00295, set by single hits
+    eight standard deviations out): the chunks' sums are tilted and lengthened in a
+    round of their own (lower 0.002844 -> 0.0029497), and the single-grid upper chain is
+    refined by its step model to 2^21 points (0.0029548 at 2^20); it stopped 3.7 % wide,
+    then 2.7e-3."""
+    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-15)
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper

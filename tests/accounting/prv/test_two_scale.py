@@ -243,3 +243,16 @@ def test_tiny_delta_staged_chunks_read_their_rare_events():
     assert result.accuracy["reached"]
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+def test_length_scale_makes_chunks_longer_within_the_sixteen_pieces():
+    """length_scale s: chunks of about (s x _RESOLUTION h / bulk)^2 steps, still at least
+    _MIN_PIECES of them."""
+    component = flatten(Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 1_000_000)]))[0]
+    step = 1.76e-4
+    plans = {}
+    for scale in (1.0, 2.0, 8.0):
+        staged = comps.discretise_all([component], "remove", step, 1e-9, ("lower",), staged=True, length_scale=scale)["lower"]
+        plans[scale] = sum(times for _, times in staged)
+    assert plans[2.0] == pytest.approx(plans[1.0] / 4, rel=0.05)
+    assert plans[8.0] == comps._MIN_PIECES
