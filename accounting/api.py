@@ -84,7 +84,8 @@ def epsilon(description: Description, delta: float, *, engine: str = DEFAULT_ENG
 
     ``engine`` selects the accountant: "prv" (default; certified lower and upper, refined
     until (upper - lower)/upper <= ``relative_accuracy``, options ``relative_accuracy``,
-    ``step``, ``max_refinements``), "rdp" (certified upper; ``orders``, ``lmo_bound``),
+    ``step``, ``max_refinements``, ``memory_budget``, ``closed_form``: False composes on
+    grids even where a closed form answers), "rdp" (certified upper; ``orders``, ``lmo_bound``),
     "montecarlo" (a high-probability bracket; ``samples``, ``confidence``, ``seed``, ...)
     or "pure" (basic composition of pure-DP steps).  The relation is the description's
     (add-or-remove unless wrapped in ``WithRelation``) and the sampling its combinators'

@@ -12,6 +12,7 @@ from typing import Sequence
 
 from dpforge.accounting.prv import limits
 from dpforge.accounting.prv.evaluate import Evaluation, Refined, normal_epsilon, probe_step, refine
+from dpforge.accounting.prv.exact import exact_epsilon
 from dpforge.accounting.prv.total_variation import total_variation_bound
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
@@ -79,6 +80,7 @@ def _epsilon(
     relative_accuracy: float = 1e-3,
     step: float | None = None,
     max_refinements: int = 6,
+    closed_form: bool = True,
     **options,
 ) -> EpsilonResult:
     """Certified bounds on epsilon(delta) of a composed, possibly subsampled, description.
@@ -88,9 +90,9 @@ def _epsilon(
     (upper - lower) / upper <= ``relative_accuracy`` (or the grid limit is reached;
     ``accuracy['achieved']`` reports what was reached).  Pass ``step`` to fix the grid.
     Every grid is checked against ``memory_budget`` bytes (default 2 GiB) before it is
-    allocated (:mod:`.limits`).  Where the composition's total variation bound is at
-    most delta, eps = 0 exactly and no grid is built (:mod:`.total_variation`;
-    ``accuracy["total_variation"]`` holds the bound).
+    allocated (:mod:`.limits`).  Where no grid is needed (eps = 0 by the total variation
+    bound, a single step, unsampled Gaussians) none is built (:func:`_without_grid`);
+    ``closed_form=False`` builds the grids all the same (to cross-check them).
     """
     _reject_options(options)
     delta = require_probability_open("delta", delta)
@@ -106,11 +108,9 @@ def _epsilon(
         step = require_positive("step", step)
         first, max_refinements = step, 0
     else:
-        bound = total_variation_bound(components)
-        if bound <= delta:  # delta(0) <= delta: eps = 0 exactly (.total_variation)
-            accuracy = {"relative_accuracy": relative_accuracy, "achieved": 0.0, "reached": True}
-            accuracy |= {"grid_step": None, "grid_size": 0, "refinements": 0, "tilted": False, "total_variation": bound}
-            return EpsilonResult(lower=0.0, upper=0.0, estimate=0.0, delta=delta, engine=NAME, accuracy=accuracy)
+        shortcut = _without_grid(components, delta, relative_accuracy) if closed_form else None
+        if shortcut is not None:
+            return shortcut
         first = probe_step(components, delta, relative_accuracy, tail)
     refined = refine(
         components,
@@ -138,6 +138,25 @@ def _epsilon(
         engine=NAME,
         accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted, warn=step is None),
     )
+
+
+def _without_grid(components: list[Component], delta: float, relative_accuracy: float) -> EpsilonResult | None:
+    """eps(delta) where no grid is needed: 0 when the total variation bound is at most
+    delta (:mod:`.total_variation`; ``accuracy["total_variation"]``), or read off a
+    closed-form profile (:mod:`.exact`: one step, or unsampled Gaussians;
+    ``accuracy["closed_form"]``); None otherwise."""
+    accuracy = {"relative_accuracy": relative_accuracy, "grid_step": None, "grid_size": 0, "refinements": 0, "tilted": False}
+    bound = total_variation_bound(components)
+    if bound <= delta:  # delta(0) <= delta: eps = 0 exactly
+        accuracy |= {"achieved": 0.0, "reached": True, "total_variation": bound}
+        return EpsilonResult(lower=0.0, upper=0.0, estimate=0.0, delta=delta, engine=NAME, accuracy=accuracy)
+    exact = exact_epsilon(components, delta)
+    if exact is None:
+        return None
+    name, low, high = exact
+    achieved = (high - low) / high if high > 0 else 0.0
+    accuracy |= {"achieved": achieved, "reached": achieved <= relative_accuracy, "closed_form": name}
+    return EpsilonResult(lower=low, upper=high, estimate=0.5 * (low + high), delta=delta, engine=NAME, accuracy=accuracy)
 
 
 def delta_evaluation(

@@ -110,9 +110,15 @@ def epsilon_prefixes(
         max_refinements=max_refinements,
         memory_budget=memory_budget_bytes,
     )
-    if len(parts) == 1 or full.accuracy["grid_step"] is None:
-        # eps = 0 of the whole by its total variation bound, which bounds every prefix too
-        return [full] * len(parts)
+    if len(parts) == 1:
+        return [full]
+    if full.accuracy["grid_step"] is None:
+        # the whole needed no grid (eps = 0 by total variation, or a closed form), and
+        # neither does any prefix: each is answered the same way
+        prefixes = [whole_description([c for group in groups[: k + 1] for c in group]) for k in range(len(parts) - 1)]
+        return [
+            prv_epsilon(prefix, delta, relative_accuracy=relative_accuracy, memory_budget=memory_budget_bytes) for prefix in prefixes
+        ] + [full]
     step, tail = full.accuracy["grid_step"], 1e-4 * delta
     rows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(parts) - 1)
     with memory_budget(memory_budget_bytes):

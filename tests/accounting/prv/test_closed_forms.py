@@ -122,20 +122,26 @@ GAUSSIAN_CASES = [
 ]
 
 
+# closed_form=False: the grids, which unsampled Gaussians no longer reach by default
+@pytest.mark.parametrize("closed_form", [True, False], ids=["closed-form", "grids"])
 @pytest.mark.parametrize("sigma, steps, delta", GAUSSIAN_CASES)
-def test_gaussian_epsilon_brackets_exact(sigma, steps, delta):
+def test_gaussian_epsilon_brackets_exact(sigma, steps, delta, closed_form):
     d = Composed([(Gaussian(sigma), steps)])
     exact = gaussian_epsilon_exact(math.sqrt(steps) / sigma, delta)
-    result = dpforge_epsilon(d, delta)
+    result = dpforge_epsilon(d, delta, closed_form=closed_form)
     check_sane(result)
     check_bracket(result, exact, f"Gaussian sigma={sigma} T={steps} epsilon(delta={delta:g})")
+    assert ("closed_form" in result.accuracy) == closed_form
+    if closed_form:  # exact to the float model's width
+        assert result.upper - result.lower <= 1e-9 * result.upper
 
 
 @pytest.mark.slow
-def test_gaussian_epsilon_brackets_exact_many_steps_tiny_delta():
+@pytest.mark.parametrize("closed_form", [True, False], ids=["closed-form", "grids"])
+def test_gaussian_epsilon_brackets_exact_many_steps_tiny_delta(closed_form):
     sigma, steps, delta = 5.0, 1000, 1e-12  # exact epsilon 63.82
     exact = gaussian_epsilon_exact(math.sqrt(steps) / sigma, delta)
-    result = dpforge_epsilon(Composed([(Gaussian(sigma), steps)]), delta)
+    result = dpforge_epsilon(Composed([(Gaussian(sigma), steps)]), delta, closed_form=closed_form)
     check_sane(result)
     check_bracket(result, exact, f"Gaussian sigma={sigma} T={steps} epsilon(delta={delta:g})")
 
@@ -151,9 +157,10 @@ def test_gaussian_epsilon_brackets_exact_randomised(mu, steps, log10_delta):
     sigma = math.sqrt(steps) / mu
     delta = 10.0**log10_delta
     exact = gaussian_epsilon_exact(math.sqrt(steps) / sigma, delta)
-    result = dpforge_epsilon(Composed([(Gaussian(sigma), steps)]), delta)
-    check_sane(result)
-    check_bracket(result, exact, f"Gaussian sigma={sigma!r} T={steps} epsilon(delta={delta!r})")
+    for closed_form in (True, False):
+        result = dpforge_epsilon(Composed([(Gaussian(sigma), steps)]), delta, closed_form=closed_form)
+        check_sane(result)
+        check_bracket(result, exact, f"Gaussian sigma={sigma!r} T={steps} epsilon(delta={delta!r}), closed_form={closed_form}")
 
 
 GAUSSIAN_DELTA_CASES = [
