@@ -421,6 +421,9 @@ _TAIL_FLOOR = 1e-8
 #: lower chain's chunks set the staging, not this grid; sigma = 1, q = 1e-6, T = 1e5 at
 #: delta = 1e-15 converges at second order, 0.0029548 at 2^20 points, 0.0029521 at 2^21)
 _UPPER_LIMIT = 2 * _DIRECT_LIMIT
+#: grid steps per robust one-step spread (:func:`.components.bulk_spread`) at which a
+#: stalled refinement stops before the step model's jump
+_RESOLVED_CELLS = 4.0
 #: the staged chunks' second build: chunks this many times _RESOLUTION steps wide
 #: (.components.discretise_all's length_scale; 16x longer)
 _LONGER_CHUNKS = 4.0
@@ -705,8 +708,18 @@ def refine(
                 lower_open = False  # finer chunks no longer pay: the final grid sets the width
             continue
         factor = _step_factor(relative_accuracy * high, width, step, history)
+        stalled = bool(history) and width > 0.5 * history[-1][1]  # the last round gained little
         history.append((step, width))
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
+        # a lower chain on a grid coarser than about a quarter of a one-step law's bulk
+        # stalls (its quantiser loses a share of a cell per step) and then converges
+        # within a few halvings: the order fitted on a stalled round (0.5) jumps 8x past
+        # where the width is met (sigma = 1, q = 1e-3, T = 1e3 at delta = 1e-15: 4.5e-4 ->
+        # 5.7e-5, 175k points, where 2.3e-4 and 43k points meet it), so a stalled round
+        # stops first at that resolution
+        resolved = _narrowest_bulk(components) / _RESOLVED_CELLS
+        if stalled and new_step < resolved < step:
+            new_step = resolved
         grid = evaluation.grid_size * step / new_step
         if grid > _DIRECT_LIMIT:
             if not math.isfinite(_narrowest_bulk(components)):

@@ -140,3 +140,18 @@ def test_staged_rare_hits_at_tiny_delta_reach_the_width():
     assert result.accuracy["reached"]
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
+
+
+def test_a_stalled_round_stops_at_the_bulk_resolution():
+    """sigma = 1, q = 1e-3, T = 1e3 at delta = 1e-15: the lower chain stalls on grids
+    coarser than a quarter of one step's bulk (1.51391 at h = 9.5e-4, 1.51402 at 4.5e-4)
+    and the fitted order (0.5) sent the next round to 5.7e-5 (175k points); a stalled
+    round now stops at bulk / 4 (2.3e-4), where the width is met on a quarter of the
+    points."""
+    components = flatten(Composed([(PoissonSampled(Gaussian(1.0), 1e-3), 1000)]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(Composed([(PoissonSampled(Gaussian(1.0), 1e-3), 1000)]), 1e-15)
+    assert result.accuracy["reached"]
+    assert result.accuracy["grid_step"] >= 0.9 * evaluate_module._narrowest_bulk(components) / 4
+    assert result.accuracy["grid_size"] < 80_000
