@@ -152,8 +152,8 @@ def evaluate(
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
-            # a tilted evaluation's staged lower chunks are also summed tilted, at the saddle
-            # exponent of the eps it reads
+            # with chunk_tilt, a tilted evaluation's staged lower chunks are also summed
+            # tilted, at the saddle exponent of the eps it reads
             chunk_theta = 0.0
             if chunk_tilt and staged and kind == "lower" and tilt_at is not None:
                 chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
@@ -487,9 +487,13 @@ def refine(
     grid points, narrow components are composed in chunks on finer grids instead
     (``staged``, :func:`_staged_step`), and no finer final grid is tried (it would only
     add chunks).  The single-grid upper chain is refined first; once it stops gaining,
-    the chunks are composed on finer grids (``fine_scale``, up to 16x a round, aimed at
-    half the width under a first-order model) until that stops gaining a quarter of the
-    width.
+    the two-scale chunks (laws without atoms) are built once more, 16x longer and, at a
+    tilted evaluation, with their sums tilted; then the chunks are composed on finer
+    grids (``fine_scale``, up to 16x a round, aimed at half the width under a first-order
+    model) until that stops gaining a quarter of the width.  Every direction keeps its
+    tightest certified profiles across the evaluations (:func:`_tighter`).  A round that
+    gained little stops at a quarter of the narrowest one-step bulk before the step
+    model's jump past it (``_RESOLVED_CELLS``).
 
     For an epsilon query, the truncation tail is cut (to ``_TAIL_AIM`` of the width asked
     for, at most 1e-4x a round and 1e-8x in all) whenever the mass it leaves outside the
@@ -588,19 +592,16 @@ def refine(
     # T = 1e5, delta = 1e-15 closed a tenth of the width
     upper_open = True
     upper_history: list[tuple[float, float]] = []  # (upper_step, width) of the staged upper rounds
-    lower_open = any(
-        component.privacy_loss_distribution(direction).atoms
+    with_atoms = [
+        bool(component.privacy_loss_distribution(direction).atoms)
         for component in components
         for direction in directions_for(components)
-    )
+    ]
+    lower_open = any(with_atoms)
     fine_scale = 1.0  # staged chunks' grids, relative to .components._FINE_RESOLUTION
     # staged two-scale chunks (laws without atoms) built a second time, tilted and longer
     chunk_tilt, length_scale = False, 1.0
-    chunks_revised = all(
-        component.privacy_loss_distribution(direction).atoms
-        for component in components
-        for direction in directions_for(components)
-    )
+    chunks_revised = all(with_atoms)
     smallest_tail = _TAIL_FLOOR * tail
     while refinements < (0 if fixed else max_refinements):
         width = high - low

@@ -42,7 +42,13 @@ with every factor a certified optimistic measure:
   largest of them, which moves atoms down only.
 
 The fine grid now spans the bulk and ``split`` only (a few thousand points), and R is
-resolved on the coarse grid, where its smooth, wide law needs nothing finer.
+resolved on the coarse grid, where its smooth, wide law needs nothing finer.  It holds
+at most ``_FINE_POINTS`` points, and so does the window of B~'s powers: a log-normal bulk
+(sigma = 0.3, q = 1e-6) asked for 1e8.
+
+At a tiny delta the sum over k is also formed tilted (:func:`_sum_of_products`), and the
+larger of the two sums is kept at every entry: untilted, its round-off hides the single
+far-out hits that set eps.
 """
 
 from __future__ import annotations
