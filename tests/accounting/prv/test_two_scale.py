@@ -256,3 +256,26 @@ def test_length_scale_makes_chunks_longer_within_the_sixteen_pieces():
         plans[scale] = sum(times for _, times in staged)
     assert plans[2.0] == pytest.approx(plans[1.0] / 4, rel=0.05)
     assert plans[8.0] == comps._MIN_PIECES
+
+
+def test_one_scale_chunk_grid_is_capped_and_stays_certified(monkeypatch):
+    """A one-scale chunk's fine grid over the whole range holds at most _ONE_SCALE_POINTS
+    points: capped far below the default, the upper chunk's profile stays above the lower
+    chunk's (and, 256x coarser, within a quarter of the uncapped upper one where delta is
+    not tiny)."""
+    component = flatten(Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 56_170)]))[0]
+    step, tail, size = 1.76e-4, 1e-16, 5617
+    fine = comps.bulk_spread(component.privacy_loss_distribution("remove")) / comps._FINE_RESOLUTION
+    free = comps._one_scale_chunk(component, "remove", size, step, fine, tail, ("upper", "lower"))
+    monkeypatch.setattr(comps, "_ONE_SCALE_POINTS", 2**14)
+    steps_used = []
+    original = comps.discretise_all
+    monkeypatch.setattr(comps, "discretise_all", lambda parts, d, h, *a, **k: (steps_used.append(h), original(parts, d, h, *a, **k))[1])
+    capped = comps._one_scale_chunk(component, "remove", size, step, 1e-12, tail, ("upper",))["upper"]
+    cut = comps.truncation(component.privacy_loss_distribution("remove"), tail / (10.0 * size))
+    assert steps_used == [pytest.approx((cut.high - cut.low) / 2**14)]
+    upper, lower, uncapped = (_profile(m, DELTA_EPS) for m in (capped, free["lower"], free["upper"]))
+    assert np.all(upper >= lower)
+    big = uncapped > 1e-6
+    assert np.all(upper[big] >= uncapped[big] * (1 - 1e-9))
+    assert np.all(upper[big] - uncapped[big] <= 0.25 * uncapped[big])
