@@ -12,7 +12,7 @@ from typing import Sequence
 
 from dpforge.accounting.prv import limits
 from dpforge.accounting.prv.evaluate import Evaluation, Refined, normal_epsilon, probe_step, refine
-from dpforge.accounting.prv.exact import exact_epsilon
+from dpforge.accounting.prv.exact import exact_delta, exact_epsilon
 from dpforge.accounting.prv.total_variation import total_variation_bound
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
@@ -217,11 +217,24 @@ def _delta(
     relative_accuracy: float = 1e-3,
     step: float | None = None,
     max_refinements: int = 6,
+    closed_form: bool = True,
     **options,
 ) -> DeltaResult:
-    """Certified bounds on delta(epsilon); refined until (upper - lower)/upper <= relative_accuracy."""
+    """Certified bounds on delta(epsilon); refined until (upper - lower)/upper <= relative_accuracy.
+    Read off a closed form where there is one (one step, unsampled Gaussians,
+    :mod:`.exact`; ``accuracy["closed_form"]``) unless ``closed_form=False`` or a
+    ``step`` is given."""
     _reject_options(options)
     epsilon = require_non_negative("epsilon", epsilon)
+    relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    exact = exact_delta(_components(description), epsilon) if closed_form and step is None else None
+    if exact is not None:
+        name, low, high = exact
+        achieved = (high - low) / high if high > 0 else 0.0
+        accuracy = {"relative_accuracy": relative_accuracy, "achieved": achieved}
+        accuracy |= {"reached": achieved <= relative_accuracy or high < NEGLIGIBLE_DELTA, "grid_step": None, "grid_size": 0}
+        accuracy |= {"refinements": 0, "tilted": False, "closed_form": name}
+        return DeltaResult(lower=low, upper=high, estimate=0.5 * (low + high), epsilon=epsilon, engine=NAME, accuracy=accuracy)
     refined = delta_evaluation(description, (epsilon,), relative_accuracy, step, max_refinements)
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     return DeltaResult(

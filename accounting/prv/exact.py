@@ -1,5 +1,5 @@
-"""eps(delta) read off a closed-form profile, where there is one: a single step of any
-law, and any composition of unsampled Gaussian steps.
+"""eps(delta) and delta(eps) read off a closed-form profile, where there is one: a single
+step of any law, and any composition of unsampled Gaussian steps.
 
 For a pair (P, Q) with privacy loss L = log dP/dQ,
 
@@ -130,3 +130,22 @@ def exact_epsilon(components: Sequence[Component], delta: float) -> tuple[str, f
     if any(bracket is None for bracket in brackets):
         return None
     return name, max(b[0] for b in brackets), max(b[1] for b in brackets)
+
+
+def exact_delta(components: Sequence[Component], epsilon: float) -> tuple[str, float, float] | None:
+    """(what the closed form is, lower, upper) delta(eps), the maximum over directions:
+    the computed A - B less and plus its error model, within [0, 1]; None where there is
+    no closed form."""
+    found = closed_form(components)
+    if found is None:
+        return None
+    name, profiles = found
+    lows, highs = [], []
+    for terms in profiles:
+        a, b = terms(epsilon)
+        if not (math.isfinite(a) and math.isfinite(b)):
+            return None
+        error = _RELATIVE_ERROR * (a + b) + 1e-300
+        lows.append(min(max(a - b - error, 0.0), 1.0))
+        highs.append(min(max(a - b + error, 0.0), 1.0))
+    return name, max(lows), max(highs)

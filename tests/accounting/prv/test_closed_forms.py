@@ -175,23 +175,26 @@ GAUSSIAN_DELTA_CASES = [
 ]
 
 
+@pytest.mark.parametrize("closed_form", [True, False], ids=["closed-form", "grids"])
 @pytest.mark.parametrize("sigma, steps, eps", GAUSSIAN_DELTA_CASES)
-def test_gaussian_delta_brackets_exact(sigma, steps, eps):
+def test_gaussian_delta_brackets_exact(sigma, steps, eps, closed_form):
     exact = gaussian_delta_exact(math.sqrt(steps) / sigma, eps)
-    result = dpforge_delta(Composed([(Gaussian(sigma), steps)]), eps)
+    result = dpforge_delta(Composed([(Gaussian(sigma), steps)]), eps, closed_form=closed_form)
     check_sane(result)
+    assert ("closed_form" in result.accuracy) == closed_form
     assert result.upper <= 1.0
     check_bracket(result, exact, f"Gaussian sigma={sigma} T={steps} delta(eps={eps})")
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("closed_form", [True, False], ids=["closed-form", "grids"])
 @pytest.mark.parametrize("sigma, steps", [(1.0, 1), (0.7, 10), (0.2, 1)])
-def test_gaussian_delta_brackets_exact_down_to_1e_12(sigma, steps):
+def test_gaussian_delta_brackets_exact_down_to_1e_12(sigma, steps, closed_form):
     mu = math.sqrt(steps) / sigma
     eps = gaussian_epsilon_exact(mu, 1e-12)
     exact = gaussian_delta_exact(mu, eps)
     assert exact == pytest.approx(1e-12, rel=1e-6)
-    result = dpforge_delta(Composed([(Gaussian(sigma), steps)]), eps)
+    result = dpforge_delta(Composed([(Gaussian(sigma), steps)]), eps, closed_form=closed_form)
     check_sane(result)
     check_bracket(result, exact, f"Gaussian sigma={sigma} T={steps} delta(eps={eps})")
 
