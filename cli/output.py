@@ -73,6 +73,10 @@ def accuracy_rows(accuracy: dict[str, Any]) -> list[tuple[str, Any]]:
         ("accuracy requested", "none (engine takes no request)" if accuracy.get("requested") is None else accuracy["requested"]),
         ("accuracy achieved", "none" if accuracy.get("achieved") is None else accuracy["achieved"]),
     ]
+    if "closed_form" in accuracy:  # no grid: read off a closed-form profile
+        return rows + [("method", f"closed form ({accuracy['closed_form']}), no grid")]
+    if "total_variation" in accuracy:  # no grid: delta covers the total variation bound
+        return rows + [("method", f"total variation bound {accuracy['total_variation']:.3g} <= delta, no grid")]
     names = {"grid_step": "grid step", "grid_size": "grid size", "refinements": "refinements"}
     return rows + [(label, accuracy[key]) for key, label in names.items() if key in accuracy]
 

@@ -78,6 +78,23 @@ def test_epsilon_human_table(capsys):
     assert any(line.split() == ["engine", "prv"] for line in out.splitlines())
 
 
+@pytest.mark.parametrize(
+    "argv, method",
+    [
+        (["--sampling-rate", "1", "--steps", "100", "--noise-multiplier", "2"], "closed form (gaussian composition), no grid"),
+        (["--sampling-rate", "1e-6", "--steps", "1000", "--noise-multiplier", "0.3", "--delta", "0.1"], "total variation"),
+    ],
+)
+def test_epsilon_table_names_a_method_without_a_grid(capsys, argv, method):
+    """No "grid step None": a result read off a closed form or the total variation bound
+    says how it was obtained."""
+    delta = [] if "--delta" in argv else ["--delta", "1e-8"]
+    assert main(["epsilon", *argv, *delta]) == 0
+    out, _ = capsys.readouterr()
+    (row,) = [line for line in out.splitlines() if line.startswith("method")]
+    assert method in row and "None" not in out
+
+
 def test_epsilon_of_a_plan_file_uses_the_plan_delta(tmp_path, run_json):
     plan = write(tmp_path, PLAN_WITHIN)
     data = run_json("epsilon", "--plan", plan)
