@@ -15,14 +15,21 @@ sigma_i compose to one Gaussian pair N(mu, 1) vs N(0, 1) with mu^2 = sum_i 1/sig
 (Balle and Wang 2018, Theorem 8), with the second term in log space (e^eps overflows
 past 709).
 
-Certification.  Both terms are computed to a few ulps of themselves, so the computed
-delta is within ``_RELATIVE_ERROR`` x (A + B) of the exact one, A and B the two terms; a
-model of floating-point error like the grids' round-off allowance (design notes, section
-3), with a wide margin: 450 ulps where special functions promise a few.  The upper end
-is a point where the computed delta plus that error is at most delta (so the exact
-delta is too, and eps is at most that point), the lower end a point where the computed
-delta minus that error exceeds delta; bisection keeps each end a point where its
-condition holds, so the bracket does not depend on the computed delta being monotone.
+Certification.  The computed terms carry rounding that grows with the magnitudes that
+enter them: for the Gaussian, the arguments x = mu/2 - eps/mu and y = -mu/2 - eps/mu
+carry an absolute error of about 2u (mu/2 + eps/mu) (u the unit round-off), which moves
+Phi(x) by phi(x)/Phi(x) <= |x| + 2 times that, relatively; e^eps Phi(y) is
+exp(eps + log Phi(y)), whose exponent carries u (eps + |log Phi(y)|) more.  Each term's
+error is modelled as its relative error bound from those sources (:func:`_gaussian_error`)
+and, for one step of a general law, from the same sources read off the term itself
+(:func:`_one_step_error`: the law's argument scales with eps and with how far into its
+tail the term lies), times ``_SAFETY``, plus 16 ulps for each special function; a model
+of floating-point error like the grids' round-off allowance (design notes, section 3),
+checked against mpmath references (tests/accounting/prv/test_exact.py).  The upper end
+is a point where the computed delta plus that error is at most delta (so the exact delta
+is too, and eps is at most that point), the lower end a point where the computed delta
+minus that error exceeds delta; bisection keeps each end a point where its condition
+holds, so the bracket does not depend on the computed delta being monotone.
 """
 
 from __future__ import annotations
@@ -36,31 +43,64 @@ from dpforge.accounting.prv.components import directions_for
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import GaussianPair
 
-#: the computed delta's error, relative to the sum of the two terms
-_RELATIVE_ERROR = 1e-13
-#: eps beyond which no closed form is tried (the grids then report their limits)
-_LARGEST_EPSILON = 1e7
+#: the unit round-off
+_U = 2.0**-53
+#: the error model's factor over its first-order estimate
+_SAFETY = 8.0
+#: eps beyond which no closed form is tried (the grids then answer)
+_LARGEST_EPSILON = 1e9
 #: bisection stops once the bracket is this narrow relative to its upper end
 _BISECTION_WIDTH = 1e-12
 
-#: (A, B) of delta(eps) = A - B at an eps
-Terms = Callable[[float], tuple[float, float]]
+#: (A, B, the modelled error of A - B) of delta(eps) = A - B at an eps
+Terms = Callable[[float], tuple[float, float, float]]
+
+
+def _tail_factor(probability: float) -> float:
+    """A bound on |d log P / d x| for a tail probability P of a standardised argument,
+    Gaussian-like (Mills ratio: about sqrt(2 log(1/P)) + 1)."""
+    return math.sqrt(2.0 * max(-math.log(probability), 0.0)) + 2.0 if probability > 0.0 else 0.0
+
+
+def _one_step_error(epsilon: float, a: float, above_q: float, b: float) -> float:
+    """The modelled error of A - B for one step of a general law: each term's argument
+    is a function of eps and of the law's parameters (log 1/q for a subsampled law, at
+    most about 40) computed to a few ulps of (1 + eps + 40), moving the term by its tail
+    factor times that; B's exponent eps + log Pr_Q(L > eps) adds u (eps + |log|)."""
+    scale = 1.0 + abs(epsilon) + 40.0
+    error_a = 16.0 * _U + 4.0 * _U * scale * _tail_factor(a)
+    log_q = abs(math.log(above_q)) if above_q > 0.0 else 0.0
+    error_b = 16.0 * _U + 4.0 * _U * scale * _tail_factor(above_q) + 2.0 * _U * (abs(epsilon) + log_q)
+    return _SAFETY * (error_a * a + error_b * b) + 1e-300
 
 
 def _one_step_terms(component: Component, direction: str) -> Terms:
     loss = component.privacy_loss_distribution(direction)
 
-    def terms(epsilon: float) -> tuple[float, float]:
+    def terms(epsilon: float) -> tuple[float, float, float]:
+        a = float(loss.sf(epsilon, "P"))
         above_q = float(loss.sf(epsilon, "Q"))
-        scaled = math.exp(epsilon + math.log(above_q)) if above_q > 0.0 else 0.0
-        return float(loss.sf(epsilon, "P")), scaled
+        b = math.exp(epsilon + math.log(above_q)) if above_q > 0.0 else 0.0
+        return a, b, _one_step_error(epsilon, a, above_q, b)
 
     return terms
 
 
+def _gaussian_error(mu: float, epsilon: float, x: float, log_b: float, a: float, b: float) -> float:
+    """The modelled error of Phi(x) - exp(eps + log Phi(y)) (module docstring)."""
+    argument = 2.0 * _U * (0.5 * mu + abs(epsilon) / mu)
+    error_a = 16.0 * _U + (abs(x) + 2.0) * argument
+    y = -0.5 * mu - epsilon / mu
+    error_b = 16.0 * _U + (abs(y) + 2.0) * argument + 2.0 * _U * (abs(epsilon) + abs(log_b)) + 16.0 * _U * abs(log_b)
+    return _SAFETY * (error_a * a + error_b * b) + 1e-300
+
+
 def _gaussian_terms(mu: float) -> Terms:
-    def terms(epsilon: float) -> tuple[float, float]:
-        return float(special.ndtr(0.5 * mu - epsilon / mu)), math.exp(epsilon + float(special.log_ndtr(-0.5 * mu - epsilon / mu)))
+    def terms(epsilon: float) -> tuple[float, float, float]:
+        x = 0.5 * mu - epsilon / mu
+        log_b = float(special.log_ndtr(-0.5 * mu - epsilon / mu))
+        a, b = float(special.ndtr(x)), math.exp(epsilon + log_b)
+        return a, b, _gaussian_error(mu, epsilon, x, log_b, a, b)
 
     return terms
 
@@ -82,19 +122,16 @@ def _bracket(terms: Terms, delta: float) -> tuple[float, float] | None:
     """Certified (lower, upper) eps(delta) of one profile (module docstring), or None when
     eps lies beyond ``_LARGEST_EPSILON`` or the terms are not finite."""
 
-    def error(a: float, b: float) -> float:
-        return _RELATIVE_ERROR * (a + b) + 1e-300
-
     def upper_holds(epsilon: float) -> bool:  # exact delta(eps) <= delta
-        a, b = terms(epsilon)
-        return a - b + error(a, b) <= delta
+        a, b, error = terms(epsilon)
+        return a - b + error <= delta
 
     def lower_holds(epsilon: float) -> bool:  # exact delta(eps) > delta
-        a, b = terms(epsilon)
-        return a - b - error(a, b) > delta
+        a, b, error = terms(epsilon)
+        return a - b - error > delta
 
-    a, b = terms(0.0)
-    if not (math.isfinite(a) and math.isfinite(b)):
+    a, b, error = terms(0.0)
+    if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(error)):
         return None
     if upper_holds(0.0):
         return 0.0, 0.0
@@ -142,10 +179,9 @@ def exact_delta(components: Sequence[Component], epsilon: float) -> tuple[str, f
     name, profiles = found
     lows, highs = [], []
     for terms in profiles:
-        a, b = terms(epsilon)
-        if not (math.isfinite(a) and math.isfinite(b)):
+        a, b, error = terms(epsilon)
+        if not (math.isfinite(a) and math.isfinite(b) and math.isfinite(error)):
             return None
-        error = _RELATIVE_ERROR * (a + b) + 1e-300
         lows.append(min(max(a - b - error, 0.0), 1.0))
         highs.append(min(max(a - b + error, 0.0), 1.0))
     return name, max(lows), max(highs)

@@ -53,7 +53,7 @@ def _subsampled_gaussian_epsilon(sigma, rate, delta):
 
 @pytest.mark.parametrize(
     "sigma, rate, delta",
-    [(1.0, 1e-3, 1e-5), (1.0, 1e-3, 1e-15), (0.3, 1e-6, 1e-10), (5.0, 0.2, 1e-12), (100.0, 1.0, 1e-15)],
+    [(1.0, 1e-3, 1e-5), (1.0, 1e-3, 1e-15), (0.3, 1e-6, 1e-10), (5.0, 0.2, 1e-12), (100.0, 1.0, 1e-15), (0.05, 0.5, 1e-10), (0.1, 1e-4, 1e-15)],
 )
 def test_one_subsampled_gaussian_step_brackets_mpmath(sigma, rate, delta):
     exact = _subsampled_gaussian_epsilon(sigma, rate, delta)
