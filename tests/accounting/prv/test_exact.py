@@ -130,3 +130,17 @@ def test_one_step_delta_brackets_mpmath_and_the_grids(sigma, rate, eps):
     assert result.upper - result.lower <= 1e-9 * result.upper
     grids = delta_of(description, eps, closed_form=False)
     assert grids.lower <= result.upper and result.lower <= grids.upper
+
+
+@pytest.mark.parametrize("sigma, steps, delta", [(1.0, 1000, 1e-15), (0.2, 10**6, 1e-5), (0.05, 100, 1e-12), (100.0, 1, 1e-15)])
+def test_gaussian_composition_at_large_eps_brackets_mpmath(sigma, steps, delta):
+    """eps from 0.07 to 1.25e7: the arguments' rounding grows with eps / mu, and a flat
+    1e-13 (A + B) error model did not cover it at eps = 750; the modelled error does."""
+    mu = math.sqrt(steps) / sigma
+    with mp.workdps(60):
+        m = mp.mpf(mu)
+        exact = _invert(lambda e: mp.ncdf(-e / m + m / 2) - mp.exp(e) * mp.ncdf(-e / m - m / 2), delta)
+    result = epsilon(Composed([(Gaussian(sigma), steps)]), delta)
+    assert result.accuracy["closed_form"] == ("one step" if steps == 1 else "gaussian composition")
+    assert result.lower <= exact <= result.upper
+    assert result.upper - result.lower <= 1e-9 * result.upper

@@ -279,3 +279,34 @@ def test_one_scale_chunk_grid_is_capped_and_stays_certified(monkeypatch):
     big = uncapped > 1e-6
     assert np.all(upper[big] >= uncapped[big] * (1 - 1e-9))
     assert np.all(upper[big] - uncapped[big] <= 0.25 * uncapped[big])
+
+
+def test_lifting_exponent_keeps_the_tilted_peak_at_the_bulk():
+    """R with a tail heavier than exponential (log-masses convex): the saddle exponent
+    would put the tilted peak at R's far end; the exponent kept is the largest (within
+    the bisection) at which no term k >= 1 outweighs k = 0 at its largest entry, and a
+    theta that already satisfies that is kept as it is."""
+    from dpforge.accounting.prv.discretise import GridMeasure
+
+    step = 1e-3
+    x = np.arange(1, 3001) * step
+    rest = GridMeasure(10, np.exp(-0.5 * np.log(x / 1e-3) ** 2) * 1e-6, step)  # log-normal-like tail
+    coarse = [GridMeasure(-5, np.exp(-0.5 * (np.arange(-5, 6) / 2.0) ** 2) / 5.0, step) for _ in range(3)]
+    chunk, terms = 100, 2
+
+    def excess(theta):
+        tops = []
+        for k in range(terms + 1):
+            rest_top = np.max(np.log(rest.masses) + theta * (rest.first_index + np.arange(rest.masses.size)) * step)
+            c = coarse[k]
+            top = np.max(np.log(c.masses) + theta * (c.first_index + np.arange(c.masses.size)) * step)
+            tops.append(two_scale._log_binomial(chunk, k) + top + k * rest_top)
+        return max(tops[1:]) - tops[0]
+
+    high = 500.0
+    assert excess(high) > 0  # the saddle-sized theta would lift R's end over the bulk
+    kept = two_scale._lifting_exponent(coarse, rest, chunk, terms, high)
+    assert 0 < kept < high and excess(kept) <= 0
+    assert excess(kept * 1.01) > 0 or kept >= high / 1.01  # the largest, within the bisection
+    small = 0.5 * kept
+    assert two_scale._lifting_exponent(coarse, rest, chunk, terms, small) == small
