@@ -97,6 +97,19 @@ class Evaluation:
         return max(p.grid_size for p in self.upper + self.lower)
 
 
+@dataclass(frozen=True)
+class ChunkOptions:
+    """How a staged evaluation builds its chunks (:func:`.components.discretise_all`):
+    grids ``fine_scale`` times finer than the default, chunks about ``length_scale``^2
+    times longer, and, with ``tilt`` at a tilted evaluation, two-scale sums also formed
+    tilted at the saddle exponent of the eps read (:func:`.components.saddle_exponent`,
+    :func:`.two_scale.two_scale_chunks`)."""
+
+    fine_scale: float = 1.0
+    tilt: bool = False
+    length_scale: float = 1.0
+
+
 def evaluate(
     components: Sequence[Component],
     step: float,
@@ -109,9 +122,7 @@ def evaluate(
     tilt_budget: float | None = None,
     exponents: Mapping[str, float] | None = None,
     cache: dict | None = None,
-    fine_scale: float = 1.0,
-    chunk_tilt: bool = False,
-    length_scale: float = 1.0,
+    chunks: ChunkOptions = ChunkOptions(),
 ) -> Evaluation:
     """Compose every direction at ``step``; directions already in ``settled`` (a
     previous, coarser evaluation of only the dominated directions) are reused as they are:
@@ -131,13 +142,7 @@ def evaluate(
     step, kind, staged, exponent), so that a second evaluation of the same grid (the
     tilted probe after the untilted one) composes them without discretising again.
 
-    ``fine_scale``: staged chunks are composed on a grid this many times finer than the
-    default (:func:`.components.discretise_all`).
-
-    ``chunk_tilt`` (with ``tilt_at``): the staged lower chunks' sums are also formed
-    tilted, at the saddle exponent of ``tilt_at`` (:func:`.components.saddle_exponent`,
-    :func:`.two_scale.two_scale_chunks`); ``length_scale``: staged chunks about
-    length_scale^2 times longer (:func:`.components.discretise_all`)."""
+    ``chunks``: how staged chunks are built (:class:`ChunkOptions`)."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
@@ -152,12 +157,12 @@ def evaluate(
         for kind, out in (("upper", upper), ("lower", lower)):
             if kind not in kinds:
                 continue
-            # with chunk_tilt, a tilted evaluation's staged lower chunks are also summed
+            # with chunks.tilt, a tilted evaluation's staged lower chunks are also summed
             # tilted, at the saddle exponent of the eps it reads
             chunk_theta = 0.0
-            if chunk_tilt and staged and kind == "lower" and tilt_at is not None:
+            if chunks.tilt and staged and kind == "lower" and tilt_at is not None:
                 chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
-            key = (direction, direction_step, kind, staged, exponent, fine_scale, chunk_theta, length_scale)
+            key = (direction, direction_step, kind, staged, exponent, chunks, chunk_theta)
             if cache is not None and key in cache:
                 measures = cache[key]
             else:
@@ -169,9 +174,9 @@ def evaluate(
                     (kind,),
                     staged=staged,
                     exponent=exponent,
-                    fine_scale=fine_scale,
+                    fine_scale=chunks.fine_scale,
                     chunk_theta=chunk_theta,
-                    length_scale=length_scale,
+                    length_scale=chunks.length_scale,
                 )[kind]
                 if cache is not None:
                     cache[key] = measures
@@ -323,9 +328,7 @@ def _evaluate_chains(
     tilt_budget: float | None = None,
     exponents: Mapping[str, float] | None = None,
     cache: dict | None = None,
-    fine_scale: float = 1.0,
-    chunk_tilt: bool = False,
-    length_scale: float = 1.0,
+    chunks: ChunkOptions = ChunkOptions(),
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``.
@@ -334,29 +337,9 @@ def _evaluate_chains(
     pair (upper from one grid, lower from another) brackets the same true profile."""
     tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents, "cache": cache}
     if not staged or upper_step is None:
-        return evaluate(
-            components,
-            step,
-            tail,
-            staged=staged,
-            settled=settled,
-            fine_scale=fine_scale,
-            chunk_tilt=chunk_tilt,
-            length_scale=length_scale,
-            **tilting,
-        )
+        return evaluate(components, step, tail, staged=staged, settled=settled, chunks=chunks, **tilting)
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
-    lower = evaluate(
-        components,
-        step,
-        tail,
-        kinds=("lower",),
-        staged=True,
-        fine_scale=fine_scale,
-        chunk_tilt=chunk_tilt,
-        length_scale=length_scale,
-        **tilting,
-    )
+    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, chunks=chunks, **tilting)
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
 
 
@@ -598,9 +581,10 @@ def refine(
         for direction in directions_for(components)
     ]
     lower_open = any(with_atoms)
-    fine_scale = 1.0  # staged chunks' grids, relative to .components._FINE_RESOLUTION
-    # staged two-scale chunks (laws without atoms) built a second time, tilted and longer
-    chunk_tilt, length_scale = False, 1.0
+    # how staged chunks are built: finer grids (fine_scale, relative to
+    # .components._FINE_RESOLUTION), and two-scale chunks (laws without atoms) built a
+    # second time, tilted and longer
+    chunks = ChunkOptions()
     chunks_revised = all(with_atoms)
     smallest_tail = _TAIL_FLOOR * tail
     while refinements < (0 if fixed else max_refinements):
@@ -656,29 +640,19 @@ def refine(
             second_round = not chunks_revised
             if second_round:
                 chunks_revised = True
-                chunk_tilt, length_scale = tilted, _LONGER_CHUNKS
+                chunks = dataclasses.replace(chunks, tilt=tilted, length_scale=_LONGER_CHUNKS)
             # ... then the staged chain(s) on finer chunk grids: the chunks' lower measures
             # lose to first order in the chunk grid where a law piles up at an end of its
             # support (.components.discretise_all), so the width is aimed at half the goal
             # under that order
             elif lower_open:
-                fine_scale *= min(max(width / (0.5 * relative_accuracy * high), 2.0), 16.0)
+                factor = min(max(width / (0.5 * relative_accuracy * high), 2.0), 16.0)
+                chunks = dataclasses.replace(chunks, fine_scale=chunks.fine_scale * factor)
             else:
                 break
             try:
                 if upper_step is None:  # both chains are staged
-                    finer = _evaluate_chains(
-                        components,
-                        step,
-                        tail,
-                        True,
-                        None,
-                        exponents=exponents,
-                        fine_scale=fine_scale,
-                        chunk_tilt=chunk_tilt,
-                        length_scale=length_scale,
-                        **tilt_options(),
-                    )
+                    finer = _evaluate_chains(components, step, tail, True, None, exponents=exponents, chunks=chunks, **tilt_options())
                 else:
                     settled = evaluation.dominated(delta) if delta is not None else None
                     lower_only = evaluate(
@@ -689,9 +663,7 @@ def refine(
                         staged=True,
                         settled=settled,
                         exponents=exponents,
-                        fine_scale=fine_scale,
-                        chunk_tilt=chunk_tilt,
-                        length_scale=length_scale,
+                        chunks=chunks,
                         **tilt_options(),
                     )
                     finer = _with_lower(evaluation, lower_only)
