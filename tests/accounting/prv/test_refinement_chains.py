@@ -110,36 +110,30 @@ def test_a_direction_whose_upper_meets_the_others_lower_is_dominated():
     assert apart.dominated(1e-15) is None
 
 
+# Two staged tiny-delta cases the width sweep flagged:
+# * sigma = 0.3, q = 1e-3, T = 1e5 at delta = 1e-10: eps = 206.4 comes from 'remove'; 'add'
+#   reaches at most T log(1/(1 - q)) = 100 nats, so the tilted evaluations at 207 report
+#   +inf for it, and the maximum over directions kept the untilted 208.01 (0.8 % wide).
+#   Each direction now keeps its tightest certified profile (upper below 207).
+# * sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 (eps = 0.00295, set by single hits eight
+#   standard deviations out): the chunks' sums are tilted and lengthened in a round of
+#   their own (lower 0.002844 -> 0.0029497), and the single-grid upper chain is refined by
+#   its step model to 2^21 points (0.0029548 at 2^20); it stopped 3.7 % wide, then 2.7e-3.
 @pytest.mark.slow
-def test_a_direction_far_below_the_tilt_keeps_its_untilted_upper_bound():
-    """sigma = 0.3, q = 1e-3, T = 1e5 at delta = 1e-10: eps = 206.4 comes from 'remove';
-    'add' reaches at most T log(1/(1 - q)) = 100 nats, so the tilted evaluations at 207
-    report +inf for it, and the maximum over directions kept the untilted 208.01 (0.8 %
-    wide, flagged).  Each direction now keeps its tightest certified profile."""
-    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-3), 100_000)])
+@pytest.mark.parametrize(
+    "sigma, rate, delta, upper_below",
+    [(0.3, 1e-3, 1e-10, 207.0), (1.0, 1e-6, 1e-15, 0.00296)],
+    ids=["direction-far-below-the-tilt", "rare-hits"],
+)
+def test_staged_tiny_delta_reaches_the_width(sigma, rate, delta, upper_below):
+    description = Composed([(PoissonSampled(Gaussian(sigma), rate), 100_000)])
     with warnings.catch_warnings():
         warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-10)
+        result = epsilon(description, delta)
     assert result.accuracy["reached"]
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
-    assert result.upper < 207.0
-    assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
-
-
-@pytest.mark.slow
-def test_staged_rare_hits_at_tiny_delta_reach_the_width():
-    """sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 (eps = 0.00295, set by single hits
-    eight standard deviations out): the chunks' sums are tilted and lengthened in a
-    round of their own (lower 0.002844 -> 0.0029497), and the single-grid upper chain is
-    refined by its step model to 2^21 points (0.0029548 at 2^20); it stopped 3.7 % wide,
-    then 2.7e-3."""
-    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-15)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
-    assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
+    assert result.upper < upper_below
+    assert result.upper <= epsilon(description, delta, engine="rdp").upper
 
 
 def test_a_stalled_round_stops_at_the_bulk_resolution():
