@@ -144,3 +144,14 @@ def test_gaussian_composition_at_large_eps_brackets_mpmath(sigma, steps, delta):
     assert result.accuracy["closed_form"] == ("one step" if steps == 1 else "gaussian composition")
     assert result.lower <= exact <= result.upper
     assert result.upper - result.lower <= 1e-9 * result.upper
+
+
+@pytest.mark.filterwarnings("ignore:the prv engine reached")
+def test_a_closed_form_wider_than_asked_leaves_the_question_to_the_grids():
+    """Laplace b = 10, q = 1e-6, one step at delta = 1e-15: the closed form's bracket is
+    1.9e-6 wide (its error model near the top atom); asked for 1e-7, the grids answer
+    (and say whether they reach it) instead of a closed form that would miss silently."""
+    description = Composed([(PoissonSampled(Laplace(10.0), 1e-6), 1)])
+    assert epsilon(description, 1e-15).accuracy["closed_form"] == "one step"
+    strict = epsilon(description, 1e-15, relative_accuracy=1e-7)
+    assert "closed_form" not in strict.accuracy and strict.accuracy["grid_size"] > 0
