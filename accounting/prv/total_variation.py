@@ -5,10 +5,10 @@ privacy loss L = log dP/dQ.  For product measures,
 
     TV(P_1 x ... x P_T, Q_1 x ... x Q_T) <= 1 - prod_i (1 - TV(P_i, Q_i)),
 
-by coupling each coordinate maximally (Lindvall 1992, Lectures on the Coupling Method,
-I.5): the coordinates agree together with probability prod_i (1 - TV_i), and the
-total variation of the products is at most the probability that some coordinate
-differs.  So when that bound is at most delta, delta(0) <= delta and eps(delta) = 0
+by coupling each coordinate maximally (the coupling inequality; Lindvall 1992, Lectures
+on the Coupling Method): the coordinates agree together with probability
+prod_i (1 - TV_i), and the total variation of the products is at most the probability
+that some coordinate differs.  So when that bound is at most delta, delta(0) <= delta and eps(delta) = 0
 exactly (eps >= 0 always): both certified bounds are 0, with no grid at all.  For a
 Poisson-subsampled step TV_i = q TV(base), so this answers at once the queries where
 T q TV(base) <= delta, which the grids answer slowly (sigma = 0.3, q = 1e-6, T = 1e3 at
