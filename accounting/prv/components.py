@@ -120,23 +120,20 @@ _MOMENT_POINTS = 1000.0
 def single_step_moments(loss: PrivacyLoss, tail: float) -> tuple[float, float, float]:
     """(mean, variance, span of the truncation range) of one step's loss under P."""
     cut = truncation(loss, tail)
-    span = max(cut.high - cut.low, 1e-9)
-    coarse = upper_measure(loss, span / _MOMENT_POINTS, cut.low, cut.high, exponent=0.0)
-    x = coarse.positions
-    m = coarse.masses / max(coarse.total_mass, 1e-300)
+    x, m = _coarse_law(loss, tail)
     mean = float(np.dot(m, x))
-    return mean, float(np.dot(m, (x - mean) ** 2)), span
+    return mean, float(np.dot(m, (x - mean) ** 2)), max(cut.high - cut.low, 1e-9)
 
 
 @functools.lru_cache(maxsize=LAW_CACHE)
 def _coarse_law(loss: PrivacyLoss, tail: float) -> tuple[np.ndarray, np.ndarray]:
-    """(positions, P-masses) of one step's coarse connect-the-dots measure (as
-    :func:`single_step_moments`), normalised, without its empty cells."""
+    """(positions, P-masses) of one step's coarse connect-the-dots measure on
+    ``_MOMENT_POINTS`` cells of its truncation range, normalised (read by
+    :func:`single_step_moments` and :func:`saddle_exponent`)."""
     cut = truncation(loss, tail)
     span = max(cut.high - cut.low, 1e-9)
     coarse = upper_measure(loss, span / _MOMENT_POINTS, cut.low, cut.high, exponent=0.0)
-    keep = coarse.masses > 0
-    return coarse.positions[keep], coarse.masses[keep] / max(coarse.total_mass, 1e-300)
+    return coarse.positions, coarse.masses / max(coarse.total_mass, 1e-300)
 
 
 #: the largest exponent :func:`saddle_exponent` searches
@@ -157,7 +154,8 @@ def saddle_exponent(components: Sequence[Component], direction: Direction, tail:
     def tilted_mean(lam: float) -> float:
         total = 0.0
         for (x, m), count in laws:
-            logs = np.log(m) + lam * x
+            with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
+                logs = np.log(m) + lam * x
             weights = np.exp(logs - float(np.max(logs)))
             total += count * float(np.dot(weights, x) / np.sum(weights))
         return total

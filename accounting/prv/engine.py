@@ -32,6 +32,13 @@ def _reject_options(options: dict) -> None:
         raise ParameterError(f"{sorted(options)[0]} is not an option of the prv engine")
 
 
+def _require_flag(name: str, value: object) -> bool:
+    """``value`` if it is a bool, else a one-line :class:`ParameterError` naming ``name``."""
+    if not isinstance(value, bool):
+        raise ParameterError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 #: deltas below this are not refined for: a bracket [0, 1e-15] answers "negligible"
 NEGLIGIBLE_DELTA = 1e-14
 
@@ -95,6 +102,7 @@ def _epsilon(
     ``closed_form=False`` builds the grids all the same (to cross-check them).
     """
     _reject_options(options)
+    closed_form = _require_flag("closed_form", closed_form)
     delta = require_probability_open("delta", delta)
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
     components = _components(description)
@@ -227,6 +235,7 @@ def _delta(
     :mod:`.exact`; ``accuracy["closed_form"]``) unless ``closed_form=False`` or a
     ``step`` is given."""
     _reject_options(options)
+    closed_form = _require_flag("closed_form", closed_form)
     epsilon = require_non_negative("epsilon", epsilon)
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
     exact = exact_delta(_components(description), epsilon) if closed_form and step is None else None

@@ -1,12 +1,14 @@
 """eps(delta) and delta(eps) read off a closed-form profile, where there is one: a single
-step of any law, and any composition of unsampled Gaussian steps.
+step of a (subsampled) Gaussian or Laplace pair, and any composition of unsampled Gaussian
+steps.
 
 For a pair (P, Q) with privacy loss L = log dP/dQ,
 
     delta(eps) = E_P[(1 - e^{eps - L})_+] = Pr_P(L > eps) - e^eps Pr_Q(L > eps)
 
 (the hockey-stick divergence; Balle and Wang 2018, Theorem 5), so one step needs only the
-law's distribution functions, no grid.  T unsampled Gaussian steps of noise multipliers
+law's distribution functions, no grid (other laws, LMO and randomised response among
+them, go to the grids: their terms' error model is not checked).  T unsampled Gaussian steps of noise multipliers
 sigma_i compose to one Gaussian pair N(mu, 1) vs N(0, 1) with mu^2 = sum_i 1/sigma_i^2
 (Dong, Roth, Su 2022, Corollary 3.3), and
 
@@ -41,7 +43,7 @@ from scipy import special
 
 from dpforge.accounting.prv.components import directions_for
 from dpforge.mechanisms.combinators import Component
-from dpforge.mechanisms.pairs import GaussianPair
+from dpforge.mechanisms.pairs import GaussianPair, LaplacePair
 
 #: the unit round-off
 _U = 2.0**-53
@@ -62,12 +64,13 @@ def _tail_factor(probability: float) -> float:
     return math.sqrt(2.0 * max(-math.log(probability), 0.0)) + 2.0 if probability > 0.0 else 0.0
 
 
-def _one_step_error(epsilon: float, a: float, above_q: float, b: float) -> float:
-    """The modelled error of A - B for one step of a general law: each term's argument
-    is a function of eps and of the law's parameters (log 1/q for a subsampled law, at
-    most about 40) computed to a few ulps of (1 + eps + 40), moving the term by its tail
-    factor times that; B's exponent eps + log Pr_Q(L > eps) adds u (eps + |log|)."""
-    scale = 1.0 + abs(epsilon) + 40.0
+def _one_step_error(epsilon: float, a: float, above_q: float, b: float, rate: float, amplify: float) -> float:
+    """The modelled error of A - B for one step: each term's argument is a function of
+    eps and of the law's parameters computed to a few ulps of (1 + eps + log 1/q), then
+    divided by the base pair's scale (``amplify``: 1/mu for a Gaussian of small mu, 1 for
+    Laplace), moving the term by its tail factor times that; B's exponent
+    eps + log Pr_Q(L > eps) adds u (eps + |log|)."""
+    scale = (1.0 + abs(epsilon) + max(40.0, -math.log(rate))) * amplify
     error_a = 16.0 * _U + 4.0 * _U * scale * _tail_factor(a)
     log_q = abs(math.log(above_q)) if above_q > 0.0 else 0.0
     error_b = 16.0 * _U + 4.0 * _U * scale * _tail_factor(above_q) + 2.0 * _U * (abs(epsilon) + log_q)
@@ -76,12 +79,15 @@ def _one_step_error(epsilon: float, a: float, above_q: float, b: float) -> float
 
 def _one_step_terms(component: Component, direction: str) -> Terms:
     loss = component.privacy_loss_distribution(direction)
+    pair = loss.pair
+    amplify = max(1.0, 1.0 / float(pair.mu)) + 0.5 * float(pair.mu) if type(pair) is GaussianPair else 1.0
+    rate = min(component.sampling_rate, 1.0)
 
     def terms(epsilon: float) -> tuple[float, float, float]:
         a = float(loss.sf(epsilon, "P"))
         above_q = float(loss.sf(epsilon, "Q"))
         b = math.exp(epsilon + math.log(above_q)) if above_q > 0.0 else 0.0
-        return a, b, _one_step_error(epsilon, a, above_q, b)
+        return a, b, _one_step_error(epsilon, a, above_q, b, rate, amplify)
 
     return terms
 
@@ -107,10 +113,11 @@ def _gaussian_terms(mu: float) -> Terms:
 
 def closed_form(components: Sequence[Component]) -> tuple[str, list[Terms]] | None:
     """(what the closed form is, the terms of each direction's profile), or None when the
-    description has none: one component of one step, or only unsampled Gaussian steps."""
-    if len(components) == 1 and components[0].count == 1:
-        return "one step", [_one_step_terms(components[0], d) for d in directions_for(components)]
+    description has none: one component of one step of a Gaussian or Laplace pair (the
+    laws whose error model is checked against mpmath), or only unsampled Gaussian steps."""
     pairs = [component.mechanism.dominating_pair() for component in components]
+    if len(components) == 1 and components[0].count == 1 and type(pairs[0]) in (GaussianPair, LaplacePair):
+        return "one step", [_one_step_terms(components[0], d) for d in directions_for(components)]
     if all(c.sampling_rate >= 1.0 and type(p) is GaussianPair for c, p in zip(components, pairs)):
         mu = math.sqrt(sum(c.count * float(p.mu) ** 2 for c, p in zip(components, pairs)))
         if mu > 0.0 and math.isfinite(mu):

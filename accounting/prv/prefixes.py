@@ -117,7 +117,14 @@ def epsilon_prefixes(
         # neither does any prefix: each is answered the same way
         prefixes = [whole_description([c for group in groups[: k + 1] for c in group]) for k in range(len(parts) - 1)]
         return [
-            prv_epsilon(prefix, delta, relative_accuracy=relative_accuracy, memory_budget=memory_budget_bytes) for prefix in prefixes
+            prv_epsilon(
+                prefix,
+                delta,
+                relative_accuracy=relative_accuracy,
+                max_refinements=max_refinements,
+                memory_budget=memory_budget_bytes,
+            )
+            for prefix in prefixes
         ] + [full]
     step, tail = full.accuracy["grid_step"], 1e-4 * delta
     rows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(parts) - 1)
