@@ -42,6 +42,9 @@ def _as_array(values: np.ndarray | float) -> np.ndarray:
     return np.asarray(values, dtype=float)
 
 
+#: r within this many ulps of one of the base pair's atoms is that atom (PrivacyLoss._r_of_forward)
+_ATOM_ULPS = 4.0
+
 class MonotonePair(abc.ABC):
     """Base pair (P0, Q0) with non-decreasing log-likelihood ratio r."""
 
@@ -263,11 +266,16 @@ class PrivacyLoss:
             return y, np.ones(y.shape, dtype=bool)
         valid = y > np.log1p(-q)
         with np.errstate(invalid="ignore", divide="ignore"):
-            # e^y - (1 - q) = expm1(y) + q; for large y use y + log1p(-(1-q)e^{-y})
             big = y > 1.0
-            small_part = np.log(np.where(valid & ~big, np.expm1(np.minimum(y, 1.0)) + q, 1.0))
-            big_part = y + np.log1p(-(1.0 - q) * np.exp(-np.maximum(y, 1.0)))
-            r = np.where(big, big_part, small_part) - np.log(q)
+            big_part = y + np.log1p(-(1.0 - q) * np.exp(-np.maximum(y, 1.0))) - np.log(q)
+            shifted = np.where(valid & ~big, np.expm1(np.minimum(y, 1.0)), 0.0)
+            # log1p(expm1(y)/q): a few ulps of r, where log(expm1(y) + q) - log q would
+            # cancel log q (accounting/prv/rounding.py; as the compiled Gaussian kernel)
+            small_part = np.log1p(np.maximum(shifted / q, -1.0))
+            r = np.where(big, big_part, small_part)
+        # an atom's image maps back onto the atom: r within 4 ulps of it is the atom
+        for atom in self.pair.atoms:
+            r = np.where(np.abs(r - atom) <= _ATOM_ULPS * np.finfo(float).eps * max(1.0, abs(atom)), atom, r)
         return np.where(valid, r, -np.inf), valid
 
     def privacy_loss(self, x: np.ndarray | float) -> np.ndarray:

@@ -5,8 +5,8 @@ for a :class:`~dpforge.mechanisms.pairs.GaussianPair`, in one compiled pass: a l
 thousands of distinct steps discretises thousands of laws, and the vectorised numpy path
 spends most of its time in per-call overhead on small arrays.
 
-With y = l (remove) or -l (add), the base ratio is r = log(e^y - (1 - q)) - log q for
-y > log(1 - q) (Balle, Barthe, Gaboardi 2018), and under N(mu, 1) vs N(0, 1) r is
+With y = l (remove) or -l (add), the base ratio is r = log(e^y - (1 - q)) - log q
+= log1p(expm1(y)/q) for y > log(1 - q) (Balle, Barthe, Gaboardi 2018), and under N(mu, 1) vs N(0, 1) r is
 N(+-mu^2/2, mu^2), so Pr(r <= c) = Phi(c/mu -+ mu/2) with Phi(z) = erfc(-z/sqrt 2)/2,
 the smaller of Phi(z) and Phi(-z) computed directly and the larger (>= 1/2) as one minus
 it, so that every probability is accurate in its own tail.
@@ -52,7 +52,10 @@ def _at(l, mu, q, remove, subsampled, log1m_q, log_q):  # pragma: no cover - jit
     elif y > 1.0:
         r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - log_q
     else:
-        r = math.log(math.expm1(y) + q) - log_q
+        # log(e^y - (1 - q)) - log q = log1p(expm1(y) / q): no log q to cancel, so r
+        # keeps a few ulps of its own size (accounting/prv/rounding.py)
+        x = math.expm1(y) / q
+        r = math.log1p(x) if x > -1.0 else -math.inf
     z_p = r / mu - 0.5 * mu
     z_q = r / mu + 0.5 * mu
     below_p0, above_p0 = _both_tails(z_p)
