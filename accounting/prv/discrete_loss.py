@@ -54,6 +54,22 @@ class DiscreteLoss:
             self._tail_q[count],
         )
 
+    def cell_masses(self, edges) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(P-mass, Q-mass) of each cell (edges[i], edges[i+1]], summed over the cell's
+        own atoms (not a difference of cumulative sums, which would carry the rounding of
+        everything below the cell), and bounds on their rounding: a sum of k positive
+        terms is within k ulps, and each Q-mass m e^{-x} within 2 more (times the model's
+        safety factor, :mod:`.rounding`)."""
+        edges = np.asarray(edges, dtype=float)
+        index = np.searchsorted(self.positions, edges, side="right")
+        counts = np.diff(index)
+        filled = counts > 0
+        starts = np.minimum(index, self.positions.size)
+        m = np.where(filled, np.add.reduceat(np.append(self.masses, 0.0), starts)[:-1], 0.0)
+        n = np.where(filled, np.add.reduceat(np.append(self.q_masses, 0.0), starts)[:-1], 0.0)
+        unit = 8.0 * 2.0**-53
+        return m, n, unit * (counts + 1) * m + 1e-300, unit * (counts + 3) * n + 1e-300
+
     def cdf(self, ell, under: str = "P") -> np.ndarray:
         """Pr(L <= l) under P (``under="P"``) or under the tilted Q-measure."""
         cdf_p, _, cdf_q, _ = self.distribution_functions(ell)

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from dpforge.accounting.prv import rounding
 from dpforge.accounting.prv.limits import check_grid
 from dpforge.mechanisms.pairs import PrivacyLoss
 
@@ -80,10 +81,45 @@ def _differences(cdf: np.ndarray, sf: np.ndarray) -> np.ndarray:
     return np.maximum(masses, 0.0)
 
 
-def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(Pr_P(L in cell), Pr_Q(L in cell)) for the cells (edges[i], edges[i+1]]."""
-    cdf_p, sf_p, cdf_q, sf_q = loss.distribution_functions(edges)
-    return _differences(cdf_p, sf_p), _differences(cdf_q, sf_q)
+def _difference_errors(cdf: np.ndarray, sf: np.ndarray, cdf_error: np.ndarray, sf_error: np.ndarray) -> np.ndarray:
+    """Error bounds of :func:`_differences`: the two differenced values' modelled errors
+    plus the subtraction's rounding."""
+    lower = cdf[1:] <= 0.5
+    masses = np.where(lower, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
+    error = np.where(lower, cdf_error[1:] + cdf_error[:-1], sf_error[:-1] + sf_error[1:])
+    return error + 2.0 * rounding.U * np.abs(masses)
+
+
+def _functions(loss: PrivacyLoss, points: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """The four distribution functions at ``points`` and their modelled errors (:mod:`.rounding`)."""
+    points = np.ascontiguousarray(points, dtype=float)
+    values = tuple(np.asarray(v, dtype=float) for v in loss.distribution_functions(points))
+    return values, rounding.function_errors(loss, points, values)
+
+
+def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(Pr_P(L in cell), Pr_Q(L in cell), and bounds on their errors) for the cells
+    (edges[i], edges[i+1]]: a finite discrete law sums its atoms cell by cell, a
+    mechanism's law differences its distribution functions."""
+    if hasattr(loss, "cell_masses"):
+        return loss.cell_masses(edges)
+    (cdf_p, sf_p, cdf_q, sf_q), (e_cdf_p, e_sf_p, e_cdf_q, e_sf_q) = _functions(loss, edges)
+    return (
+        _differences(cdf_p, sf_p),
+        _differences(cdf_q, sf_q),
+        _difference_errors(cdf_p, sf_p, e_cdf_p, e_sf_p),
+        _difference_errors(cdf_q, sf_q, e_cdf_q, e_sf_q),
+    )
+
+
+def _end_masses(loss: PrivacyLoss, low: float, high: float) -> tuple[float, float, float, float, float, float]:
+    """(Pr_P(L <= low) and its error, Pr_P(L > high), Pr_Q(L > high) and their errors)."""
+    values, errors = _functions(loss, np.array([low, high]))
+    return (
+        float(values[0][0]), float(errors[0][0]),
+        float(values[1][1]), float(errors[1][1]),
+        float(values[3][1]), float(errors[3][1]),
+    )
 
 
 def _atoms_within(loss: PrivacyLoss, low: float, high: float) -> list[float]:
@@ -123,7 +159,11 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, expon
     else:
         lattice = graded_lattice(loss, step, k_lo, k_hi, phase, exponent)
     grid = lattice * step + phase
-    m, n = _cell_masses(loss, grid)
+    m, n, error_m, error_n = _cell_masses(loss, grid)
+    # the computed masses may be off by their modelled errors: each cell's profile
+    # (m - e^eps n)_+ and its chord only grow with m and shrink with n (module .rounding)
+    m = m + error_m
+    n = np.maximum(n - error_n, 0.0)
     # split each cell (l_a, l_b]: beta at l_b, alpha at l_a, preserving m and n
     excess = m - n * np.exp(grid[:-1])
     beta = np.clip(excess / (-np.expm1(-np.diff(lattice) * step)), 0.0, m)
@@ -131,9 +171,9 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, expon
     masses = np.zeros(k_hi - k_lo + 1)
     masses[lattice[:-1] - k_lo] += alpha
     masses[lattice[1:] - k_lo] += beta
-    masses[0] += float(loss.cdf(grid[0], "P"))  # everything at or below the grid, rounded up
-    infinity = float(loss.sf(grid[-1], "P"))
-    return GridMeasure(k_lo, masses, step, -phase, infinity)
+    below, below_error, above, above_error, _, _ = _end_masses(loss, float(grid[0]), float(grid[-1]))
+    masses[0] += below + below_error  # everything at or below the grid, rounded up
+    return GridMeasure(k_lo, masses, step, -phase, above + above_error)
 
 
 #: the widest cell of a graded grid, in grid steps (a power of two)
@@ -297,10 +337,39 @@ def _route(up: np.ndarray, down: np.ndarray, top_up: float) -> np.ndarray:
 
 
 def _cell_weights(m: np.ndarray, n: np.ndarray, grid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """U_c = E_P[1 - e^{l_c - L}; cell c] and D_c = E_P[e^{l_c+1 - L} - 1; cell c]."""
+    """U_c = E_P[1 - e^{t_c - L}; cell c] and D_c = E_P[e^{t_c+1 - L} - 1; cell c] for the
+    label targets t (the grid points l, or l plus a slack): label k's excess
+    pi_k U_k - (1 - pi_k-1) D_k-1 is >= 0 exactly when its loss is >= t_k."""
     up = np.maximum(m - n * np.exp(grid[:-1]), 0.0)
     down = np.maximum(n * np.exp(grid[1:]) - m, 0.0)
     return up, down
+
+
+@numba.njit(cache=True)
+def _label_slack(m, n, error_m, error_n, step):  # pragma: no cover - jitted
+    """An estimate of the relative error of each label's masses (cells c - 1 and c feed
+    label c: their errors over their masses), P's plus Q's, a tenth larger, at most a
+    quarter step: a label balanced at its grid point plus this slack keeps its loss above
+    the point once its masses' errors are taken off, so it stays on its own point.  Only
+    tightness depends on it: the labels' own bounds follow the routing
+    (:func:`_label_losses`)."""
+    cells = m.size
+    out = np.empty(cells + 1)
+    for k in range(cells + 1):
+        mass_p = error_p = mass_q = error_q = 0.0
+        for c in (k - 1, k):
+            if 0 <= c < cells:
+                mass_p += m[c]
+                error_p += error_m[c]
+                mass_q += n[c]
+                error_q += error_n[c]
+        slack = 0.0
+        if mass_p > 0.0:
+            slack += error_p / mass_p
+        if mass_q > 0.0:
+            slack += error_q / mass_q
+        out[k] = min(1.1 * slack, 0.25 * step)
+    return out
 
 
 #: entries kept by the per-law caches (a ledger of 10,000 distinct steps has 20,000 laws)
@@ -454,48 +523,81 @@ def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no
 
 
 @numba.njit(cache=True)
-def _labels_rounded_down(m, n, pi, top_m, top_n, grid, lattice, step, phase):  # pragma: no cover - jitted
-    """The labels of the routing, each rounded down onto the grid shifted by a common
-    offset: returns (masses on indices lattice[0] - 1 .. lattice[-1], that offset).
-    ``grid[k]`` is the lattice point ``lattice[k] * step + phase`` (up to rounding).
+def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid):  # pragma: no cover - jitted
+    """(the P-mass each label keeps, a lower bound on its loss, the largest rounding
+    margin) for the labels of the routing.
 
     Label k gets pi_k of cell k and 1 - pi_k-1 of cell k-1 (both measures; the top label
-    also the mass above the grid); its loss is v_k = log P_k/Q_k (+inf where Q_k = 0),
-    capped at its grid point l_k.  v carries a relative round-off of a few ulps, so each
-    label is rounded down past a margin of 64 ulps of |v|; a tiny common shift (twice the
-    largest margin) keeps balanced labels (v = l_k up to round-off) on their own point.
-    A label that would land below the grid is dropped (only lowers the profile)."""
+    also the mass above the grid).  The cells' computed masses carry modelled errors
+    (``error_m``, ``error_n``; module .rounding), so the label's true masses lie within
+    P_k -+ E_P and Q_k -+ E_Q (plus two ulps of the sums), and its loss is at least
+    log(P_k - E_P) - log(Q_k + E_Q) less the logarithms' rounding (+inf where no Q-mass
+    can exist), capped at its grid point l_k (every label's loss is at least that of
+    the routing's target, and no lower point is needed); that value carries a few ulps
+    more, so a margin of 64 ulps of its magnitude is taken off.  The label keeps P-mass
+    P_k - E_P; a label where that is not positive is dropped (mass 0)."""
     size = grid.size
     p_label = np.zeros(size)
     q_label = np.zeros(size)
+    p_error = np.zeros(size)
+    q_error = np.zeros(size)
     for c in range(size - 1):
         p_label[c] += pi[c] * m[c]
         p_label[c + 1] += (1.0 - pi[c]) * m[c]
         q_label[c] += pi[c] * n[c]
         q_label[c + 1] += (1.0 - pi[c]) * n[c]
+        p_error[c] += pi[c] * error_m[c]
+        p_error[c + 1] += (1.0 - pi[c]) * error_m[c]
+        q_error[c] += pi[c] * error_n[c]
+        q_error[c + 1] += (1.0 - pi[c]) * error_n[c]
     p_label[size - 1] += top_m
     q_label[size - 1] += top_n
+    p_error[size - 1] += top_error_m
+    q_error[size - 1] += top_error_n
     eps = 2.220446049250313e-16
-    v = np.empty(size)
+    kept = np.zeros(size)
+    lowest = np.zeros(size)
     widest = 64.0 * eps  # every label's margin is at least this
     for k in range(size):
-        if p_label[k] > 0.0:
-            value = np.inf if q_label[k] <= 0.0 else np.log(p_label[k]) - np.log(q_label[k])
+        low_p = p_label[k] - p_error[k] - 2.0 * eps * p_label[k]
+        if low_p > 0.0:
+            high_q = q_label[k] + q_error[k] + 2.0 * eps * q_label[k]
+            if high_q <= 0.0:
+                value = np.inf
+            else:
+                log_p, log_q = np.log(low_p), np.log(high_q)
+                value = log_p - log_q - 2.0 * eps * (abs(log_p) + abs(log_q))
             value = min(value, grid[k])
-            v[k] = value
-            widest = max(widest, 64.0 * eps * max(1.0, abs(value)))
-        else:
-            v[k] = 0.0
-    floor_shift = 2.0 * widest + 1e-9 * step
-    masses = np.zeros(lattice[size - 1] - lattice[0] + 2)
-    for k in range(size):
-        if p_label[k] > 0.0:
-            margin = 64.0 * eps * max(1.0, abs(v[k]))
-            target = min(int(np.floor((v[k] - margin - phase + floor_shift) / step)), lattice[k])
-            index = target - (lattice[0] - 1)
-            if index >= 0:
-                masses[index] += p_label[k]
-    return masses, floor_shift
+            margin = 64.0 * eps * max(1.0, abs(value))
+            kept[k] = low_p
+            lowest[k] = value - margin
+            widest = max(widest, margin)
+    return kept, lowest, widest
+
+
+def _labels_rounded_down(
+    m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
+) -> tuple[np.ndarray, float]:
+    """The labels of the routing (:func:`_label_losses`), each rounded down onto the grid
+    shifted by a common offset: returns (masses on indices lattice[0] - 1 .. lattice[-1],
+    that offset).  ``grid[k]`` is the lattice point ``lattice[k] * step + phase`` (up to
+    rounding).
+
+    Each label goes to the highest shifted point at or below its loss bound.  The shift
+    is twice the largest rounding margin (so that balanced labels, whose bound lies a
+    margin below their own point, stay on it), plus what :func:`_choose_shift` finds
+    worth it for labels whose masses' errors put their bound further below (a shift of
+    every label against a full step for the few).  A label that would land below the
+    grid is dropped (only lowers the profile)."""
+    kept, lowest, widest = _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid)
+    occupied = kept > 0.0
+    offset = np.where(occupied, lowest + 2.0 * widest - grid, 0.0)
+    floor_shift = 2.0 * widest + 1e-9 * step + _choose_shift(offset[occupied], kept[occupied], step)
+    target = np.floor((lowest[occupied] - phase + floor_shift) / step).astype(np.int64)
+    index = np.minimum(target, lattice[occupied]) - (lattice[0] - 1)
+    inside = index >= 0
+    masses = np.bincount(index[inside], weights=kept[occupied][inside], minlength=int(lattice[-1] - lattice[0]) + 2)
+    return masses.astype(float), float(floor_shift)
 
 
 def lower_measure(
@@ -546,31 +648,36 @@ def lower_on_grid(
     grid[-1] joins the top label when ``include_above``, else it is dropped too (a
     sub-measure: dropping mass only lowers the profile).  Two calls on grids that share
     an edge therefore cover disjoint parts of the law (:mod:`.two_scale`)."""
-    m, n = _cell_masses(loss, grid)
-    up, down = _cell_weights(m, n, grid)
+    m, n, error_m, error_n = _cell_masses(loss, grid)
     if include_above:
-        top_m = float(loss.sf(grid[-1], "P"))
-        top_n = float(loss.sf(grid[-1], "Q"))
+        _, _, top_m, top_error_m, top_n, top_error_n = _end_masses(loss, float(grid[0]), float(grid[-1]))
     else:
-        top_m = top_n = 0.0
-    top_up = max(top_m - top_n * np.exp(grid[-1]), 0.0)
+        top_m = top_n = top_error_m = top_error_n = 0.0
+    # route towards targets a slack above the grid points, so that every label's loss
+    # stays above its point once its masses' modelled errors are taken off
+    targets = grid + _label_slack(m, n, error_m, error_n, step)
+    up, down = _cell_weights(m, n, targets)
+    top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
     if lattice is None:
         lattice = np.arange(k_lo, k_lo + grid.size)
-    masses, floor_shift = _labels_rounded_down(m, n, pi, top_m, top_n, grid, lattice, step, phase)
+    masses, floor_shift = _labels_rounded_down(
+        m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
+    )
     return GridMeasure(int(lattice[0]) - 1, masses, step, floor_shift - phase, 0.0)
 
 
 def _choose_shift(offset: np.ndarray, mass: np.ndarray, step: float) -> float:
-    """Common downward shift c >= 0 trading a shift of every atom by c against a full
-    step for atoms whose loss lies more than c below their grid point (mean cost)."""
+    """Common downward shift c >= 0 trading a shift of every label by c against a full
+    step for labels whose loss bound lies more than c below their grid point (mean cost:
+    c times the total mass against the step times the mass left behind)."""
     deficit = -offset
     positive = deficit > 0
     if not positive.any():
         return 0.0
     order = np.argsort(deficit[positive])[::-1]
-    candidates = deficit[positive][order]
-    # mass that still needs a full step when c = candidates[i]: atoms with larger deficit
+    candidates = np.minimum(deficit[positive][order], step)
+    # mass that still needs a full step when c = candidates[i]: labels with larger deficit
     beyond = np.concatenate([[0.0], np.cumsum(mass[positive][order])[:-1]])
     total = mass.sum()
     cost = candidates * total + step * beyond

@@ -42,13 +42,13 @@ from typing import Callable, Sequence
 from scipy import special
 
 from dpforge.accounting.prv.components import directions_for
+from dpforge.accounting.prv.rounding import SAFETY as _SAFETY
+from dpforge.accounting.prv.rounding import U as _U
+from dpforge.accounting.prv.rounding import argument_amplification
+from dpforge.accounting.prv.rounding import tail_factor as _tail_factor
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import GaussianPair, LaplacePair
 
-#: the unit round-off
-_U = 2.0**-53
-#: the error model's factor over its first-order estimate
-_SAFETY = 8.0
 #: eps beyond which no closed form is tried (the grids then answer)
 _LARGEST_EPSILON = 1e9
 #: bisection stops once the bracket is this narrow relative to its upper end
@@ -56,12 +56,6 @@ _BISECTION_WIDTH = 1e-12
 
 #: (A, B, the modelled error of A - B) of delta(eps) = A - B at an eps
 Terms = Callable[[float], tuple[float, float, float]]
-
-
-def _tail_factor(probability: float) -> float:
-    """A bound on |d log P / d x| for a tail probability P of a standardised argument,
-    Gaussian-like (Mills ratio: about sqrt(2 log(1/P)) + 1)."""
-    return math.sqrt(2.0 * max(-math.log(probability), 0.0)) + 2.0 if probability > 0.0 else 0.0
 
 
 def _one_step_error(epsilon: float, a: float, above_q: float, b: float, rate: float, amplify: float) -> float:
@@ -80,7 +74,7 @@ def _one_step_error(epsilon: float, a: float, above_q: float, b: float, rate: fl
 def _one_step_terms(component: Component, direction: str) -> Terms:
     loss = component.privacy_loss_distribution(direction)
     pair = loss.pair
-    amplify = max(1.0, 1.0 / float(pair.mu)) + 0.5 * float(pair.mu) if type(pair) is GaussianPair else 1.0
+    amplify = argument_amplification(pair)
     rate = min(component.sampling_rate, 1.0)
 
     def terms(epsilon: float) -> tuple[float, float, float]:

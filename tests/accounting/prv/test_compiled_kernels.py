@@ -39,7 +39,7 @@ def test_compiled_routing_matches_the_numpy_routing(seed):
         loss = flatten(PoissonSampled(Gaussian(0.6 + 0.3 * seed), 10.0 ** -(seed + 1)))[0].privacy_loss_distribution("remove")
         step = 10.0 ** -(seed + 2)
         grid = np.arange(int(np.floor(loss.lower_quantile(1e-9) / step)), int(np.ceil(loss.upper_quantile(1e-9) / step)) + 1) * step
-        m, n = discretise._cell_masses(loss, grid)
+        m, n, _, _ = discretise._cell_masses(loss, grid)
         up, down = discretise._cell_weights(m, n, grid)
         top_up = 1e-12
     else:
@@ -50,32 +50,34 @@ def test_compiled_routing_matches_the_numpy_routing(seed):
     np.testing.assert_array_equal(discretise._route_compiled(up, down, top_up), discretise._route(up, down, top_up))
 
 
-def _labels_reference(m, n, pi, top_m, top_n, grid, lattice, step, phase):
-    """The numpy specification of :func:`discretise._labels_rounded_down`."""
-    p_label = np.zeros(grid.size)
-    q_label = np.zeros(grid.size)
-    p_label[:-1] += pi * m
-    p_label[1:] += (1.0 - pi) * m
-    q_label[:-1] += pi * n
-    q_label[1:] += (1.0 - pi) * n
-    p_label[-1] += top_m
-    q_label[-1] += top_n
-    keep = p_label > 0
+def _label_losses_reference(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid):
+    """The numpy specification of :func:`discretise._label_losses`."""
+    eps = np.finfo(float).eps
+
+    def labels(cells, top):
+        out = np.zeros(grid.size)
+        out[:-1] += pi * cells
+        out[1:] += (1.0 - pi) * cells
+        out[-1] += top
+        return out
+
+    p_label, q_label = labels(m, top_m), labels(n, top_n)
+    low_p = p_label - labels(error_m, top_error_m) - 2.0 * eps * p_label
+    high_q = q_label + labels(error_n, top_error_n) + 2.0 * eps * q_label
+    keep = low_p > 0
     with np.errstate(divide="ignore"):
-        v = np.where(keep, np.log(np.where(keep, p_label, 1.0)) - np.log(np.where(q_label > 0, q_label, 1.0)), -np.inf)
-    v = np.where(keep & (q_label <= 0), np.inf, v)
-    v = np.where(keep, np.minimum(v, grid), v)
-    margin = 64.0 * np.finfo(float).eps * np.maximum(1.0, np.abs(np.where(keep, v, 0.0)))
-    floor_shift = 2.0 * float(margin.max()) + 1e-9 * step
-    target = np.floor((np.where(keep, v, 0.0) - margin - phase + floor_shift) / step).astype(np.int64)
-    target = np.minimum(target, lattice)
-    index = target[keep] - (lattice[0] - 1)
-    return np.bincount(index, weights=p_label[keep], minlength=int(lattice[-1] - lattice[0]) + 2), floor_shift
+        log_p = np.log(np.where(keep, low_p, 1.0))
+        log_q = np.log(np.where(high_q > 0, high_q, 1.0))
+    v = np.where(high_q > 0, log_p - log_q - 2.0 * eps * (np.abs(log_p) + np.abs(log_q)), np.inf)
+    v = np.minimum(v, grid)
+    margin = 64.0 * eps * np.maximum(1.0, np.abs(v))
+    widest = max(64.0 * eps, float(margin[keep].max(initial=0.0)))
+    return np.where(keep, low_p, 0.0), np.where(keep, v - margin, 0.0), widest
 
 
 @pytest.mark.parametrize("mechanism, sampling_rate, step", [(Gaussian(0.8), 0.01, 1e-3), (Gaussian(0.6), 1e-4, 2e-6), (Gaussian(2.0), 1.0, 1e-2)])
 @pytest.mark.parametrize("graded", [False, True])
-def test_compiled_label_rounding_matches_the_numpy_specification(mechanism, sampling_rate, step, graded):
+def test_compiled_label_losses_match_the_numpy_specification(mechanism, sampling_rate, step, graded):
     loss = flatten(PoissonSampled(mechanism, sampling_rate))[0].privacy_loss_distribution("add")
     low, high = loss.lower_quantile(1e-12), loss.upper_quantile(1e-12)
     phase = discretise._choose_phase(loss, step, low, high)
@@ -86,15 +88,23 @@ def test_compiled_label_rounding_matches_the_numpy_specification(mechanism, samp
     else:
         lattice = np.arange(k_lo, k_hi + 1)
     grid = lattice * step + phase
-    m, n = discretise._cell_masses(loss, grid)
-    up, down = discretise._cell_weights(m, n, grid)
-    top_m, top_n = float(loss.sf(grid[-1], "P")), float(loss.sf(grid[-1], "Q"))
-    pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(grid[-1]), 0.0))
-    args = (m, n, pi, top_m, top_n, grid, lattice, step, phase)
-    masses, shift = discretise._labels_rounded_down(*args)
-    expected, expected_shift = _labels_reference(*args)
-    assert shift == expected_shift
-    np.testing.assert_allclose(masses, expected, rtol=1e-14, atol=1e-300)
+    m, n, error_m, error_n = discretise._cell_masses(loss, grid)
+    targets = grid + discretise._label_slack(m, n, error_m, error_n, step)
+    up, down = discretise._cell_weights(m, n, targets)
+    _, _, top_m, top_error_m, top_n, top_error_n = discretise._end_masses(loss, float(grid[0]), float(grid[-1]))
+    pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(targets[-1]), 0.0))
+    args = (m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid)
+    kept, lowest, widest = discretise._label_losses(*args)
+    expected_kept, expected_lowest, expected_widest = _label_losses_reference(*args)
+    np.testing.assert_allclose(kept, expected_kept, rtol=1e-14, atol=1e-300)
+    np.testing.assert_allclose(lowest, expected_lowest, rtol=0, atol=1e-15)
+    assert widest == expected_widest
+    masses, shift = discretise._labels_rounded_down(*args, lattice, step, phase)
+    # the slack keeps almost all of the P-mass on the labels' own points
+    assert shift >= 2.0 * widest
+    assert masses.sum() == pytest.approx(kept.sum(), rel=1e-12)
+    own = np.bincount(lattice - (lattice[0] - 1), weights=kept, minlength=masses.size)
+    assert np.minimum(masses, own).sum() > (1.0 - 1e-6) * kept.sum()
 
 
 def test_log_mgf_kernel_is_an_upper_bound_within_a_few_ulps():

@@ -98,8 +98,9 @@ def test_graded_measures_bracket_the_exact_one_step_profile(sigma, rate, directi
         lower = discretise.lower_measure(loss, step, cut.low, cut.high, exponent=exponent)
         assert np.all(_profile(upper, eps) >= exact * (1 - 1e-12) - 1e-16)
         assert np.all(_profile(lower, eps) <= exact * (1 + 1e-12) + 1e-16)
-        # the whole P-mass is kept by the pessimistic measure
-        assert upper.total_mass + upper.infinity_mass == pytest.approx(1.0, abs=1e-12)
+        # the whole P-mass is kept by the pessimistic measure, plus the modelled errors
+        # of the computed masses (module .rounding: each cell is raised by its own)
+        assert 1.0 - 1e-15 <= upper.total_mass + upper.infinity_mass <= 1.0 + 1e-9
 
 
 def test_graded_cells_cost_little_tightness():

@@ -64,7 +64,9 @@ def test_split_parts_partition_the_law(direction, side):
     covered = float(bulk.masses.sum() + rest.masses.sum())
     in_range = 1.0 - float(loss.cdf(np.floor(cut.low / step) * step if side == "lower" else cut.low))
     assert covered <= in_range * (1 + 1e-12)
-    assert covered == pytest.approx(in_range, abs=1e-12)
+    # all of it but the modelled errors of the computed masses (each optimistic label
+    # keeps its P-mass less that error; module .rounding)
+    assert covered == pytest.approx(in_range, abs=1e-9)
     assert float(rest.masses.sum()) == pytest.approx(rho, rel=1e-6)
 
 
