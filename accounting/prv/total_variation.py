@@ -15,7 +15,7 @@ T q TV(base) <= delta, which the grids answer slowly (sigma = 0.3, q = 1e-6, T =
 delta = 0.1: 18 s for [0, 0]).
 
 Each TV_i is a difference of two probabilities near 1/2 when q is small; it is raised
-by ``_MARGIN`` (about 18 ulp of 1) to cover their rounding.
+by their modelled errors (:mod:`.rounding`) and the subtraction's rounding.
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from __future__ import annotations
 import math
 from typing import Sequence
 
+import numpy as np
+
+from dpforge.accounting.prv import rounding
 from dpforge.accounting.prv.components import directions_for
 from dpforge.mechanisms.combinators import Component
-
-#: added to every one-step total variation: the rounding of P(L > 0) - Q(L > 0)
-_MARGIN = 4e-15
 
 
 def one_step_total_variation(component: Component) -> float:
@@ -36,8 +36,13 @@ def one_step_total_variation(component: Component) -> float:
     values = []
     for direction in directions_for([component]):
         loss = component.privacy_loss_distribution(direction)
-        values.append(float(loss.sf(0.0, "P")) - float(loss.sf(0.0, "Q")))
-    return min(1.0, max(max(values), 0.0) + _MARGIN)
+        zero = np.zeros(1)
+        functions = tuple(np.asarray(v, dtype=float) for v in loss.distribution_functions(zero))
+        errors = rounding.function_errors(loss, zero, functions)
+        difference = float(functions[1][0]) - float(functions[3][0])
+        margin = float(errors[1][0]) + float(errors[3][0]) + 2.0 * rounding.U * abs(difference)
+        values.append(difference + margin)
+    return min(1.0, max(max(values), 0.0))
 
 
 def total_variation_bound(components: Sequence[Component]) -> float:
