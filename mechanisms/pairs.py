@@ -29,6 +29,7 @@ from dpforge.mechanisms.subsampled_gaussian_kernel import (
     LEVEL,
     LOWER,
     UPPER,
+    subsampled_gaussian_base_functions,
     subsampled_gaussian_distribution_functions,
     subsampled_gaussian_quantiles,
 )
@@ -395,6 +396,29 @@ class PrivacyLoss:
             np.where(valid, cdf_q, 1.0),
             np.where(valid, sf_q, 0.0),
         )
+
+    def base_distribution_functions(self, ell: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(Pr_C(L <= l), Pr_C(L > l), Pr_S(L <= l), Pr_S(L > l)) for the common measure
+        C = Q0 and the sampled one S = P0: remove has P = (1-q) C + q S and Q = C, add has
+        P = C and Q = (1-q) C + q S, so :meth:`distribution_functions` are these mixed.
+        The optimistic discretisation reads a label's loss off the ratio S/C of its
+        masses, whose rounding the subsampling then scales by about q."""
+        pair = self.pair
+        q = self.sampling_rate
+        ell = np.ascontiguousarray(ell, dtype=float)
+        if type(pair) is GaussianPair:
+            return subsampled_gaussian_base_functions(ell, float(pair.mu), float(q), self.direction == "remove")
+        if self.direction == "remove":  # L <= l <=> r <= r*
+            r, valid = self._r_of_forward(ell)
+            rr = np.where(valid, r, 0.0)
+            values = (pair.r_cdf(rr, "Q", True), pair.r_sf(rr, "Q", False), pair.r_cdf(rr, "P", True), pair.r_sf(rr, "P", False))
+            outside = (0.0, 1.0, 0.0, 1.0)
+        else:  # L <= l <=> r >= r*(-l)
+            r, valid = self._r_of_forward(-ell)
+            rr = np.where(valid, r, 0.0)
+            values = (pair.r_sf(rr, "Q", True), pair.r_cdf(rr, "Q", False), pair.r_sf(rr, "P", True), pair.r_cdf(rr, "P", False))
+            outside = (1.0, 0.0, 1.0, 0.0)
+        return tuple(np.where(valid, v, o) for v, o in zip(values, outside))  # type: ignore[return-value]
 
     def cdf(self, ell, under: Under = "P", inclusive: bool = True) -> np.ndarray:
         """Pr(L <= l) (or Pr(L < l) when not inclusive)."""

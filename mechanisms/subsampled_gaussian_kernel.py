@@ -38,8 +38,9 @@ def _both_tails(z: float) -> tuple[float, float]:  # pragma: no cover - jitted
 
 
 @numba.njit(cache=True)
-def _at(l, mu, q, remove, subsampled, log1m_q, log_q):  # pragma: no cover - jitted
-    """(Pr_P(L <= l), Pr_P(L > l), Pr_Q(L <= l), Pr_Q(L > l)) at one point."""
+def _base_at(l, mu, q, remove, subsampled, log1m_q):  # pragma: no cover - jitted
+    """(Pr_C(L <= l), Pr_C(L > l), Pr_S(L <= l), Pr_S(L > l)) at one point, for the
+    common measure C = Q0 = N(0, 1) and the sampled one S = P0 = N(mu, 1)."""
     y = l if remove else -l
     valid = (not subsampled) or y > log1m_q
     if not valid:
@@ -50,7 +51,7 @@ def _at(l, mu, q, remove, subsampled, log1m_q, log_q):  # pragma: no cover - jit
     if not subsampled:
         r = y
     elif y > 1.0:
-        r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - log_q
+        r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - math.log(q)
     else:
         # log(e^y - (1 - q)) - log q = log1p(expm1(y) / q): no log q to cancel, so r
         # keeps a few ulps of its own size (accounting/prv/rounding.py)
@@ -60,10 +61,32 @@ def _at(l, mu, q, remove, subsampled, log1m_q, log_q):  # pragma: no cover - jit
     z_q = r / mu + 0.5 * mu
     below_p0, above_p0 = _both_tails(z_p)
     below_q0, above_q0 = _both_tails(z_q)
-    if remove:  # P = (1-q) Q0 + q P0, Q = Q0, L increasing in r
-        return (1.0 - q) * below_q0 + q * below_p0, (1.0 - q) * above_q0 + q * above_p0, below_q0, above_q0
-    # P = Q0, Q = (1-q) Q0 + q P0, L decreasing in r
-    return above_q0, below_q0, (1.0 - q) * above_q0 + q * above_p0, (1.0 - q) * below_q0 + q * below_p0
+    if remove:  # L increasing in r
+        return below_q0, above_q0, below_p0, above_p0
+    return above_q0, below_q0, above_p0, below_p0  # add: L decreasing in r
+
+
+@numba.njit(cache=True)
+def _at(l, mu, q, remove, subsampled, log1m_q):  # pragma: no cover - jitted
+    """(Pr_P(L <= l), Pr_P(L > l), Pr_Q(L <= l), Pr_Q(L > l)) at one point: remove has
+    P = (1-q) C + q S and Q = C, add has P = C and Q = (1-q) C + q S."""
+    c_le, c_gt, s_le, s_gt = _base_at(l, mu, q, remove, subsampled, log1m_q)
+    if remove:
+        return (1.0 - q) * c_le + q * s_le, (1.0 - q) * c_gt + q * s_gt, c_le, c_gt
+    return c_le, c_gt, (1.0 - q) * c_le + q * s_le, (1.0 - q) * c_gt + q * s_gt
+
+
+@numba.njit(cache=True)
+def subsampled_gaussian_base_functions(ell, mu, q, remove):  # pragma: no cover - jitted
+    """(Pr_C(L <= l), Pr_C(L > l), Pr_S(L <= l), Pr_S(L > l)) at every l of ``ell``
+    (:func:`_base_at`)."""
+    n = ell.size
+    out = np.empty((4, n))
+    subsampled = q < 1.0
+    log1m_q = math.log1p(-q) if subsampled else -np.inf
+    for i in range(n):
+        out[0, i], out[1, i], out[2, i], out[3, i] = _base_at(ell[i], mu, q, remove, subsampled, log1m_q)
+    return out[0], out[1], out[2], out[3]
 
 
 @numba.njit(cache=True)
@@ -76,9 +99,8 @@ def subsampled_gaussian_distribution_functions(ell, mu, q, remove):  # pragma: n
     sf_q = np.empty(n)
     subsampled = q < 1.0
     log1m_q = math.log1p(-q) if subsampled else -np.inf
-    log_q = math.log(q)
     for i in range(n):
-        cdf_p[i], sf_p[i], cdf_q[i], sf_q[i] = _at(ell[i], mu, q, remove, subsampled, log1m_q, log_q)
+        cdf_p[i], sf_p[i], cdf_q[i], sf_q[i] = _at(ell[i], mu, q, remove, subsampled, log1m_q)
     return cdf_p, sf_p, cdf_q, sf_q
 
 
@@ -97,7 +119,6 @@ def subsampled_gaussian_quantiles(mu, q, remove, lo_support, hi_support, kinds, 
     decay (the caller raises)."""
     subsampled = q < 1.0
     log1m_q = math.log1p(-q) if subsampled else -np.inf
-    log_q = math.log(q)
     count = 0
     for v in ladder:
         if v > lo_support and v < hi_support:
@@ -119,7 +140,7 @@ def subsampled_gaussian_quantiles(mu, q, remove, lo_support, hi_support, kinds, 
     cdf_p = np.empty(n)
     sf_p = np.empty(n)
     for i in range(n):
-        a, b, _, _ = _at(points[i], mu, q, remove, subsampled, log1m_q, log_q)
+        a, b, _, _ = _at(points[i], mu, q, remove, subsampled, log1m_q)
         cdf_p[i] = a
         sf_p[i] = b
     targets = kinds.size
@@ -181,7 +202,7 @@ def subsampled_gaussian_quantiles(mu, q, remove, lo_support, hi_support, kinds, 
                 grid[c] = low + (high - low) * fractions[c]
             grid[cuts - 1] = high
             for c in range(cuts - 1):
-                a, b, _, _ = _at(grid[c], mu, q, remove, subsampled, log1m_q, log_q)
+                a, b, _, _ = _at(grid[c], mu, q, remove, subsampled, log1m_q)
                 if kind == LOWER:
                     switched = a > value
                 elif kind == UPPER:

@@ -27,6 +27,7 @@ functions; the composition step accounts for aliasing and FFT round-off.
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 
 import numba
@@ -122,6 +123,23 @@ def _end_masses(loss: PrivacyLoss, low: float, high: float) -> tuple[float, floa
     )
 
 
+def _base_cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(C-mass, S-mass of each cell (edges[i], edges[i+1]], their error bounds, and
+    Pr_C(L > top), Pr_S(L > top) with theirs) of a subsampled law, C = Q0 and S = P0
+    (:meth:`PrivacyLoss.base_distribution_functions`)."""
+    edges = np.ascontiguousarray(edges, dtype=float)
+    values = tuple(np.asarray(v, dtype=float) for v in loss.base_distribution_functions(edges))
+    c_le, c_gt, s_le, s_gt = values
+    e_c_le, e_c_gt, e_s_le, e_s_gt = rounding.function_errors(loss, edges, values)
+    return (
+        _differences(c_le, c_gt),
+        _differences(s_le, s_gt),
+        _difference_errors(c_le, c_gt, e_c_le, e_c_gt),
+        _difference_errors(s_le, s_gt, e_s_le, e_s_gt),
+        float(c_gt[-1]), float(s_gt[-1]), float(e_c_gt[-1]), float(e_s_gt[-1]),
+    )
+
+
 def _atoms_within(loss: PrivacyLoss, low: float, high: float) -> list[float]:
     """The finite atoms of the law between ``low`` and ``high``, in the law's order; both
     constructions put the grid's phase on the first of them."""
@@ -159,11 +177,7 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, expon
     else:
         lattice = graded_lattice(loss, step, k_lo, k_hi, phase, exponent)
     grid = lattice * step + phase
-    m, n, error_m, error_n = _cell_masses(loss, grid)
-    # the computed masses may be off by their modelled errors: each cell's profile
-    # (m - e^eps n)_+ and its chord only grow with m and shrink with n (module .rounding)
-    m = m + error_m
-    n = np.maximum(n - error_n, 0.0)
+    m, n, errors, bottom, top = _upper_parts(loss, grid)
     # split each cell (l_a, l_b]: beta at l_b, alpha at l_a, preserving m and n
     excess = m - n * np.exp(grid[:-1])
     beta = np.clip(excess / (-np.expm1(-np.diff(lattice) * step)), 0.0, m)
@@ -171,9 +185,150 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, expon
     masses = np.zeros(k_hi - k_lo + 1)
     masses[lattice[:-1] - k_lo] += alpha
     masses[lattice[1:] - k_lo] += beta
-    below, below_error, above, above_error, _, _ = _end_masses(loss, float(grid[0]), float(grid[-1]))
-    masses[0] += below + below_error  # everything at or below the grid, rounded up
-    return GridMeasure(k_lo, masses, step, -phase, above + above_error)
+    masses[0] += bottom  # everything at or below the grid, rounded up
+    ceiling = min(float(grid[-1]), float(loss.support[1]))
+    infinity = top + _add_cover(masses, errors, grid, lattice - k_lo, ceiling)
+    return GridMeasure(k_lo, masses, step, -phase, infinity)
+
+
+#: ulps by which connect the dots raises each cell's P-mass and lowers its Q-mass
+_CELL_ULPS = 8.0
+
+
+def _suffix(values: np.ndarray) -> np.ndarray:
+    """sum_{k >= j} values[k] for j = 0 .. len(values) (the last is 0)."""
+    return np.append(np.cumsum(values[::-1])[::-1], 0.0)
+
+
+def _telescoped(le, gt, error_le, error_gt) -> tuple[np.ndarray, ...]:
+    """(cell masses, the reconstructed survival function sum_{k >= j} mass_k + gt[-1] at
+    each edge j, and two parts of a bound on its error) of one measure whose cell masses
+    are differences of its computed distribution functions (:func:`_differences`).  The
+    differences telescope: from edge j the sum is the value that starts it (cell j's
+    branch, the survival function at the top; its error is the first part, local to
+    l_j) plus, at each later edge where the branch switches, both values there, and what
+    clipping negative differences to 0 added (the second part, the same for every edge
+    below them).  The subtractions' rounding is relative to each cell, and
+    :func:`_upper_parts` covers it cell by cell."""
+    lower = le[1:] <= 0.5
+    difference = np.where(lower, le[1:] - le[:-1], gt[:-1] - gt[1:])
+    masses = np.maximum(difference, 0.0)
+    branch = np.append(lower, False)  # the top value is a survival function
+    start = np.where(branch, error_le, error_gt)
+    switch = np.zeros(le.size)
+    switch[1:] = np.where(branch[:-1] != branch[1:], error_le[1:] + error_gt[1:], 0.0)
+    later_switches = np.append(_suffix(switch)[1:-1], 0.0)
+    survival = _suffix(masses) + gt[-1]
+    return masses, survival, start, later_switches + _suffix(masses - difference)
+
+
+def _times_exp(values: np.ndarray, exponents: np.ndarray) -> np.ndarray:
+    """values * e^exponents without overflow for the small values it multiplies."""
+    with np.errstate(divide="ignore", over="ignore"):
+        return np.where(values > 0.0, np.exp(exponents + np.log(np.where(values > 0.0, values, 1.0))), 0.0)
+
+
+def _upper_parts(loss, grid: np.ndarray):
+    """(P- and Q-masses of the cells, a bound on the error of the connect-the-dots
+    profile at each edge, the P-mass at or below the grid, the P-mass above it, both
+    raised by their errors) (module .rounding).
+
+    At an edge l_j the connect-the-dots profile is S_P(l_j) - e^{l_j} S_Q(l_j) for the
+    survival functions the cell masses reconstruct (the split keeps each cell's masses;
+    clipping beta only raises it), so its error is that of two survival functions, not
+    the sum of the cells' errors.  For a subsampled law the masses are mixed from the
+    parts C = Q0 and S = P0, and the profile is (1 - q - e^l) S_C + q S_S (remove) or
+    (1 - (1 - q) e^l) S_C - q e^l S_S (add): C's error enters scaled by |1 - q - e^l|,
+    small where the losses are.  The errors local to each edge are returned for
+    :func:`_add_cover`; those shared by every edge below a branch switch (or a clipped
+    difference) are a small share of the profile there, and the whole measure is scaled
+    by 1 + zeta, zeta their largest share, which multiplies the profile by that.  What
+    rounds cell by cell (each difference, the mixture,
+    the split of a cell between its ends) is a few ulps of the cell: every cell's P-mass
+    is raised and its Q-mass lowered by ``_CELL_ULPS`` ulps, which only raises its
+    profile.  A finite discrete law sums its atoms cell by cell, so its cells' errors add
+    up."""
+    grid = np.ascontiguousarray(grid, dtype=float)
+    u = rounding.U
+    spread = np.zeros(grid.size)
+    if hasattr(loss, "cell_masses"):
+        m, n, error_m, error_n = loss.cell_masses(grid)
+        below, below_error, above, above_error, above_q, above_q_error = _end_masses(loss, float(grid[0]), float(grid[-1]))
+        survival_p, survival_q = _suffix(m) + above, _suffix(n) + above_q
+        local = _suffix(error_m) + above_error + _times_exp(_suffix(error_n) + above_q_error, grid)
+    elif isinstance(loss, PrivacyLoss) and loss.sampling_rate < 1.0:
+        q = float(loss.sampling_rate)
+        values = tuple(np.asarray(v, dtype=float) for v in loss.base_distribution_functions(grid))
+        e_c_le, e_c_gt, e_s_le, e_s_gt = rounding.function_errors(loss, grid, values)
+        c_le, c_gt, s_le, s_gt = values
+        a, survival_c, local_c, spread_c = _telescoped(c_le, c_gt, e_c_le, e_c_gt)
+        b, survival_s, local_s, spread_s = _telescoped(s_le, s_gt, e_s_le, e_s_gt)
+        mixed = (1.0 - q) * a + q * b
+        survival_mixed = (1.0 - q) * survival_c + q * survival_s
+        if loss.direction == "remove":
+            m, n = mixed, a
+            survival_p, survival_q = survival_mixed, survival_c
+            weight_c, weight_s = np.abs(-np.expm1(grid) - q), np.full(grid.size, q)
+            below = (1.0 - q) * c_le[0] + q * s_le[0]
+            below_error = (1.0 - q) * e_c_le[0] + q * e_s_le[0]
+            above, above_error = (1.0 - q) * c_gt[-1] + q * s_gt[-1], (1.0 - q) * e_c_gt[-1] + q * e_s_gt[-1]
+        else:
+            m, n = a, mixed
+            survival_p, survival_q = survival_c, survival_mixed
+            weight_c = np.abs(1.0 - _times_exp(np.full(grid.size, 1.0 - q), grid))
+            weight_s = _times_exp(np.full(grid.size, q), grid)
+            below, below_error = c_le[0], e_c_le[0]
+            above, above_error = c_gt[-1], e_c_gt[-1]
+        local = weight_c * local_c + weight_s * local_s
+        spread = weight_c * spread_c + weight_s * spread_s
+    else:
+        (cdf_p, sf_p, cdf_q, sf_q), (e_cdf_p, e_sf_p, e_cdf_q, e_sf_q) = _functions(loss, grid)
+        m, survival_p, local_p, spread_p = _telescoped(cdf_p, sf_p, e_cdf_p, e_sf_p)
+        n, survival_q, local_q, spread_q = _telescoped(cdf_q, sf_q, e_cdf_q, e_sf_q)
+        local = local_p + _times_exp(local_q, grid)
+        spread = spread_p + _times_exp(spread_q, grid)
+        below, below_error, above, above_error = cdf_p[0], e_cdf_p[0], sf_p[-1], e_sf_p[-1]
+    local[0] += below_error
+    # the spread part, the same below a switch, is a small share of the profile there:
+    # scaling the measure by 1 + zeta multiplies its profile by that
+    profile = survival_p - _times_exp(survival_q, grid)
+    profile = profile - 4.0 * u * (survival_p + _times_exp(survival_q, grid))
+    scalable = (spread > 0.0) & (profile > 0.0)
+    zeta = float(np.max(spread[scalable] / profile[scalable], initial=0.0))
+    local = local + np.where(scalable, 0.0, spread)
+    raise_p, lower_q = 1.0 + _CELL_ULPS * u, 1.0 - _CELL_ULPS * u
+    scale = 1.0 + zeta
+    return (
+        m * raise_p * scale,
+        n * lower_q * scale,
+        local,
+        float((below + below_error) * raise_p * scale),
+        float((above + above_error) * scale),
+    )
+
+
+def _add_cover(masses: np.ndarray, errors: np.ndarray, grid: np.ndarray, index: np.ndarray, ceiling: float) -> float:
+    """Add to ``masses`` (at positions ``index`` of the grid points) a cover of the
+    profile's errors: for E the errors' running maximum from above, P-mass
+    d_i = (E_i - E_i+1) / (1 - e^{l_i - l_i+1}) at the next grid point l_i+1, so that
+    the cover's profile at l_j is at least sum_{i >= j} d_i (1 - e^{l_i - l_i+1}) = E_j.
+    The true profile is convex in e^eps and the measure's is linear in e^eps between
+    grid points, so the bound holds between them too.  Each point's cover sits on the
+    next point, where its error is (a cover further up would reach queries far above
+    the law's errors: one step of sigma = 1, q = 1e-6 has errors of 1e-21, and at
+    T = 1e5 a cover 1/16 nat up added 1.6e-15 to delta = 1e-15).  Points at or above
+    ``ceiling`` (the law's largest loss or the grid's top) put theirs at +inf, so no
+    cover mass lies above the largest loss (a pure-DP law keeps its eps at tiny delta).
+    Returns the mass at +inf."""
+    envelope = np.maximum.accumulate(errors[::-1])[::-1]
+    if not np.isfinite(envelope[0]):
+        return float("inf")
+    steps = envelope - np.append(envelope[1:], 0.0)
+    inside = np.append(grid[:-1] < ceiling - 64.0 * rounding.U * max(1.0, abs(ceiling)), False)
+    points = np.flatnonzero(inside)
+    cover = steps[points] / -np.expm1(grid[points] - grid[points + 1])
+    np.add.at(masses, index[points + 1], cover)
+    return float(steps[~inside].sum())
 
 
 #: the widest cell of a graded grid, in grid steps (a power of two)
@@ -523,7 +678,7 @@ def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no
 
 
 @numba.njit(cache=True)
-def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid):  # pragma: no cover - jitted
+def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):  # pragma: no cover - jitted
     """(the P-mass each label keeps, a lower bound on its loss, the largest rounding
     margin) for the labels of the routing.
 
@@ -532,10 +687,10 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
     (``error_m``, ``error_n``; module .rounding), so the label's true masses lie within
     P_k -+ E_P and Q_k -+ E_Q (plus two ulps of the sums), and its loss is at least
     log(P_k - E_P) - log(Q_k + E_Q) less the logarithms' rounding (+inf where no Q-mass
-    can exist), capped at its grid point l_k (every label's loss is at least that of
-    the routing's target, and no lower point is needed); that value carries a few ulps
-    more, so a margin of 64 ulps of its magnitude is taken off.  The label keeps P-mass
-    P_k - E_P; a label where that is not positive is dropped (mass 0)."""
+    can exist), capped at its grid point l_k (no higher point is needed); the placement's
+    arithmetic (:func:`_place_labels`) rounds by a few ulps of that value and of the step,
+    so a margin of 8 ulps of their sum is taken off.  The label keeps P-mass P_k - E_P; a
+    label where that is not positive is dropped (mass 0)."""
     size = grid.size
     p_label = np.zeros(size)
     q_label = np.zeros(size)
@@ -557,7 +712,7 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
     eps = 2.220446049250313e-16
     kept = np.zeros(size)
     lowest = np.zeros(size)
-    widest = 64.0 * eps  # every label's margin is at least this
+    widest = 0.0
     for k in range(size):
         low_p = p_label[k] - p_error[k] - 2.0 * eps * p_label[k]
         if low_p > 0.0:
@@ -568,29 +723,85 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
                 log_p, log_q = np.log(low_p), np.log(high_q)
                 value = log_p - log_q - 2.0 * eps * (abs(log_p) + abs(log_q))
             value = min(value, grid[k])
-            margin = 64.0 * eps * max(1.0, abs(value))
+            margin = 8.0 * eps * (abs(value) + step)
             kept[k] = low_p
             lowest[k] = value - margin
             widest = max(widest, margin)
     return kept, lowest, widest
 
 
-def _labels_rounded_down(
-    m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
-) -> tuple[np.ndarray, float]:
-    """The labels of the routing (:func:`_label_losses`), each rounded down onto the grid
-    shifted by a common offset: returns (masses on indices lattice[0] - 1 .. lattice[-1],
-    that offset).  ``grid[k]`` is the lattice point ``lattice[k] * step + phase`` (up to
-    rounding).
+@numba.njit(cache=True)
+def _mixture_label_losses(a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b, q, remove, grid, step):  # pragma: no cover - jitted
+    """:func:`_label_losses` for a subsampled law from its parts: C-masses ``a`` and
+    S-masses ``b`` of the cells (C = Q0, S = P0; remove has P = (1-q) C + q S and Q = C,
+    add has P = C and Q = (1-q) C + q S).  Label k's loss is +-log1p(q (B_k/A_k - 1)) for
+    its parts A_k, B_k, so the rounding of the ratio B/A enters scaled by about q: the
+    loss is bounded with the ratio at its end of [(B - E_B)/(A + E_A), (B + E_B)/(A - E_A)]
+    (dropped where A - E_A is not positive when that end is needed), less the rounding of
+    q rho - q and of log1p; the label keeps P-mass P_k less its error."""
+    size = grid.size
+    a_label = np.zeros(size)
+    b_label = np.zeros(size)
+    a_error = np.zeros(size)
+    b_error = np.zeros(size)
+    for c in range(size - 1):
+        a_label[c] += pi[c] * a[c]
+        a_label[c + 1] += (1.0 - pi[c]) * a[c]
+        b_label[c] += pi[c] * b[c]
+        b_label[c + 1] += (1.0 - pi[c]) * b[c]
+        a_error[c] += pi[c] * error_a[c]
+        a_error[c + 1] += (1.0 - pi[c]) * error_a[c]
+        b_error[c] += pi[c] * error_b[c]
+        b_error[c + 1] += (1.0 - pi[c]) * error_b[c]
+    a_label[size - 1] += top_a
+    b_label[size - 1] += top_b
+    a_error[size - 1] += top_error_a
+    b_error[size - 1] += top_error_b
+    eps = 2.220446049250313e-16
+    kept = np.zeros(size)
+    lowest = np.zeros(size)
+    widest = 0.0
+    for k in range(size):
+        big_a = a_label[k]
+        big_b = b_label[k]
+        e_a = a_error[k] + 2.0 * eps * big_a
+        e_b = b_error[k] + 2.0 * eps * big_b
+        if remove:
+            mass = (1.0 - q) * big_a + q * big_b
+            low_p = mass - ((1.0 - q) * e_a + q * e_b) - 2.0 * eps * mass
+            if low_p <= 0.0:
+                continue
+            ratio = max(big_b - e_b, 0.0) / (big_a + e_a)  # the loss grows with B/A
+        else:
+            low_p = big_a - e_a
+            if low_p <= 0.0:
+                continue
+            ratio = (big_b + e_b) / low_p  # the loss falls as B/A grows
+        x = q * ratio - q
+        slack = 8.0 * eps * (q * ratio + abs(x)) / (1.0 + x)
+        value = math.log1p(x)
+        value = value - slack - 2.0 * eps * abs(value) if remove else -value - slack - 2.0 * eps * abs(value)
+        value = min(value, grid[k])
+        margin = 8.0 * eps * (abs(value) + step)
+        kept[k] = low_p
+        lowest[k] = value - margin
+        widest = max(widest, margin)
+    return kept, lowest, widest
 
-    Each label goes to the highest shifted point at or below its loss bound.  The shift
-    is twice the largest rounding margin (so that balanced labels, whose bound lies a
-    margin below their own point, stay on it), plus what :func:`_choose_shift` finds
-    worth it for labels whose masses' errors put their bound further below (a shift of
-    every label against a full step for the few).  A label that would land below the
-    grid is dropped (only lowers the profile)."""
-    kept, lowest, widest = _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid)
+
+def _place_labels(kept, lowest, widest, grid, lattice, step, phase) -> tuple[np.ndarray, float]:
+    """Each label rounded down onto the grid shifted by a common offset: returns (masses
+    on indices lattice[0] - 1 .. lattice[-1], that offset).  ``grid[k]`` is the lattice
+    point ``lattice[k] * step + phase`` (up to rounding).
+
+    Each label goes to the highest shifted point at or below its loss bound ``lowest``.
+    The shift is twice the largest rounding margin (so that balanced labels, whose bound
+    lies a margin below their own point, stay on it), plus what :func:`_choose_shift`
+    finds worth it for labels whose masses' errors put their bound further below (a
+    shift of every label against a full step for the few).  A label that would land
+    below the grid is dropped (only lowers the profile)."""
     occupied = kept > 0.0
+    widest = max(widest, 1e-300)
     offset = np.where(occupied, lowest + 2.0 * widest - grid, 0.0)
     floor_shift = 2.0 * widest + 1e-9 * step + _choose_shift(offset[occupied], kept[occupied], step)
     target = np.floor((lowest[occupied] - phase + floor_shift) / step).astype(np.int64)
@@ -598,6 +809,14 @@ def _labels_rounded_down(
     inside = index >= 0
     masses = np.bincount(index[inside], weights=kept[occupied][inside], minlength=int(lattice[-1] - lattice[0]) + 2)
     return masses.astype(float), float(floor_shift)
+
+
+def _labels_rounded_down(
+    m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
+) -> tuple[np.ndarray, float]:
+    """The labels of the routing (:func:`_label_losses`) placed by :func:`_place_labels`."""
+    kept, lowest, widest = _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step)
+    return _place_labels(kept, lowest, widest, grid, lattice, step, phase)
 
 
 def lower_measure(
@@ -648,6 +867,10 @@ def lower_on_grid(
     grid[-1] joins the top label when ``include_above``, else it is dropped too (a
     sub-measure: dropping mass only lowers the profile).  Two calls on grids that share
     an edge therefore cover disjoint parts of the law (:mod:`.two_scale`)."""
+    if lattice is None:
+        lattice = np.arange(k_lo, k_lo + grid.size)
+    if isinstance(loss, PrivacyLoss) and loss.sampling_rate < 1.0:
+        return _lower_on_grid_subsampled(loss, grid, step, phase, include_above, lattice)
     m, n, error_m, error_n = _cell_masses(loss, grid)
     if include_above:
         _, _, top_m, top_error_m, top_n, top_error_n = _end_masses(loss, float(grid[0]), float(grid[-1]))
@@ -659,11 +882,39 @@ def lower_on_grid(
     up, down = _cell_weights(m, n, targets)
     top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
-    if lattice is None:
-        lattice = np.arange(k_lo, k_lo + grid.size)
     masses, floor_shift = _labels_rounded_down(
         m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
     )
+    return GridMeasure(int(lattice[0]) - 1, masses, step, floor_shift - phase, 0.0)
+
+
+def _lower_on_grid_subsampled(
+    loss: PrivacyLoss, grid: np.ndarray, step: float, phase: float, include_above: bool, lattice: np.ndarray
+) -> GridMeasure:
+    """:func:`lower_on_grid` for a subsampled law, from its parts C = Q0 and S = P0:
+    P and Q of a cell share C's rounding, which cancels from the label's ratio P/Q, so
+    each label's loss is bounded from its parts (:func:`_mixture_label_losses`)."""
+    q = float(loss.sampling_rate)
+    remove = loss.direction == "remove"
+    a, b, error_a, error_b, top_a, top_b, top_error_a, top_error_b = _base_cell_masses(loss, grid)
+    if not include_above:
+        top_a = top_b = top_error_a = top_error_b = 0.0
+    mixed = (1.0 - q) * a + q * b
+    m, n = (mixed, a) if remove else (a, mixed)
+    top_mixed = (1.0 - q) * top_a + q * top_b
+    top_m, top_n = (top_mixed, top_a) if remove else (top_a, top_mixed)
+    # the loss's rounding: the parts' relative errors, scaled by q B/A / (1 - q + q B/A)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(a > 0.0, b / np.where(a > 0.0, a, 1.0), 0.0)
+        weight = q * ratio / (1.0 - q + q * ratio)
+    targets = grid + _label_slack(a, b, weight * error_a, weight * error_b, step)
+    up, down = _cell_weights(m, n, targets)
+    top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
+    pi = _route_compiled(up, down, top_up)
+    kept, lowest, widest = _mixture_label_losses(
+        a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b, q, remove, grid, step
+    )
+    masses, floor_shift = _place_labels(kept, lowest, widest, grid, lattice, step, phase)
     return GridMeasure(int(lattice[0]) - 1, masses, step, floor_shift - phase, 0.0)
 
 

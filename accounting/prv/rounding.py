@@ -22,8 +22,9 @@ whose absolute error is the smaller one's), plus four ulps of F itself (the comp
 and the subsampling mixture round it); :func:`_errors_kernel` has the terms.  It is
 checked against mpmath for Gaussian and Laplace pairs from sigma = 0.3 to 1000 and q =
 1e-6 to 1 (tests/accounting/prv/test_rounding.py), where the actual errors use at most
-a fifth of it.  The other pairs (LMO, randomised response, the replace-one pairs) use an
-argument scale ``GENERIC_AMPLIFICATION`` times larger, not checked against references.
+a fifth of it.  The other pairs (LMO, the replace-one pairs) use an
+argument scale ``GENERIC_AMPLIFICATION`` times larger, not checked against references
+(randomised response none: its functions are sums of two fixed atom masses).
 The one-step closed forms (:mod:`.exact`) read a coarser model of the same kind at one
 point.
 
@@ -38,7 +39,7 @@ import math
 import numba
 import numpy as np
 
-from dpforge.mechanisms.pairs import GaussianPair, LaplacePair, PrivacyLoss
+from dpforge.mechanisms.pairs import GaussianPair, LaplacePair, PrivacyLoss, RandomizedResponsePair
 
 #: the unit round-off
 U = 2.0**-53
@@ -60,13 +61,16 @@ def argument_scale(pair: object) -> tuple[float, float, bool]:
     """(the factor by which the base pair scales the log-likelihood ratio r into its
     standardised argument, the constant it adds, whether its tails are Gaussian):
     (1/mu, mu/2, True) for a Gaussian (z = r/mu -+ mu/2), (1/2, a, False) for Laplace
-    (x = (r + a)/2, shifted by -a under P0, with exponential tails: d log t/dx = 1), and
+    (x = (r + a)/2, shifted by -a under P0, with exponential tails: d log t/dx = 1), (0,
+    0) for randomised response (its functions are sums of two fixed atom masses), and
     ``GENERIC_AMPLIFICATION`` times (1, 1) with Gaussian tails otherwise."""
     if type(pair) is GaussianPair:
         mu = float(pair.mu)
         return 1.0 / mu, 0.5 * mu, True
     if type(pair) is LaplacePair:
         return 0.5, float(pair.a), False
+    if type(pair) is RandomizedResponsePair:  # sums of two fixed atom masses: no argument
+        return 0.0, 0.0, False
     return GENERIC_AMPLIFICATION, GENERIC_AMPLIFICATION, True
 
 

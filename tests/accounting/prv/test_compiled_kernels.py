@@ -50,7 +50,7 @@ def test_compiled_routing_matches_the_numpy_routing(seed):
     np.testing.assert_array_equal(discretise._route_compiled(up, down, top_up), discretise._route(up, down, top_up))
 
 
-def _label_losses_reference(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid):
+def _label_losses_reference(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):
     """The numpy specification of :func:`discretise._label_losses`."""
     eps = np.finfo(float).eps
 
@@ -70,8 +70,8 @@ def _label_losses_reference(m, n, error_m, error_n, pi, top_m, top_n, top_error_
         log_q = np.log(np.where(high_q > 0, high_q, 1.0))
     v = np.where(high_q > 0, log_p - log_q - 2.0 * eps * (np.abs(log_p) + np.abs(log_q)), np.inf)
     v = np.minimum(v, grid)
-    margin = 64.0 * eps * np.maximum(1.0, np.abs(v))
-    widest = max(64.0 * eps, float(margin[keep].max(initial=0.0)))
+    margin = 8.0 * eps * (np.abs(v) + step)
+    widest = float(margin[keep].max(initial=0.0))
     return np.where(keep, low_p, 0.0), np.where(keep, v - margin, 0.0), widest
 
 
@@ -93,13 +93,13 @@ def test_compiled_label_losses_match_the_numpy_specification(mechanism, sampling
     up, down = discretise._cell_weights(m, n, targets)
     _, _, top_m, top_error_m, top_n, top_error_n = discretise._end_masses(loss, float(grid[0]), float(grid[-1]))
     pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(targets[-1]), 0.0))
-    args = (m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid)
+    args = (m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step)
     kept, lowest, widest = discretise._label_losses(*args)
     expected_kept, expected_lowest, expected_widest = _label_losses_reference(*args)
     np.testing.assert_allclose(kept, expected_kept, rtol=1e-14, atol=1e-300)
     np.testing.assert_allclose(lowest, expected_lowest, rtol=0, atol=1e-15)
     assert widest == expected_widest
-    masses, shift = discretise._labels_rounded_down(*args, lattice, step, phase)
+    masses, shift = discretise._labels_rounded_down(*args[:-1], lattice, step, phase)
     # the slack keeps almost all of the P-mass on the labels' own points
     assert shift >= 2.0 * widest
     assert masses.sum() == pytest.approx(kept.sum(), rel=1e-12)

@@ -89,17 +89,38 @@ def test_modelled_errors_cover_the_computed_distribution_functions(kind, scale, 
     assert worst > 1e-3
 
 
+cells_of = discretise._cell_masses
+
+
 def _spy_labels(monkeypatch):
-    """Record the arguments and results of every label computation."""
-    calls = []
-    original = discretise._label_losses
+    """Record the cell edges, the routing's fractions and the labels (kept masses, loss
+    bounds) of an optimistic discretisation."""
+    calls = {"edges": [], "labels": []}
+    cells, base_cells = discretise._cell_masses, discretise._base_cell_masses
+    labels, mixture_labels = discretise._label_losses, discretise._mixture_label_losses
 
-    def spy(*args):
-        out = original(*args)
-        calls.append((args, out))
-        return out
+    def spy_cells(loss, edges):
+        calls["edges"].append(np.array(edges))
+        return cells(loss, edges)
 
-    monkeypatch.setattr(discretise, "_label_losses", spy)
+    def spy_base_cells(loss, edges):
+        calls["edges"].append(np.array(edges))
+        return base_cells(loss, edges)
+
+    def spy_labels(*args):  # args[4] is the routing's fractions pi
+        kept, lowest, widest = labels(*args)
+        calls["labels"].append((args[4], kept, lowest))
+        return kept, lowest, widest
+
+    def spy_mixture_labels(*args):
+        kept, lowest, widest = mixture_labels(*args)
+        calls["labels"].append((args[4], kept, lowest))
+        return kept, lowest, widest
+
+    monkeypatch.setattr(discretise, "_cell_masses", spy_cells)
+    monkeypatch.setattr(discretise, "_base_cell_masses", spy_base_cells)
+    monkeypatch.setattr(discretise, "_label_losses", spy_labels)
+    monkeypatch.setattr(discretise, "_mixture_label_losses", spy_mixture_labels)
     return calls
 
 
@@ -109,22 +130,24 @@ def _spy_labels(monkeypatch):
         ("gaussian", 0.6, 1e-4, "remove", 2.5e-4),  # the law of the T = 1e6 workload, a fine grid
         ("gaussian", 0.6, 1e-4, "add", 2.5e-4),
         ("gaussian", 1.0, 0.01, "remove", 1e-3),
+        ("gaussian", 2.0, 1.0, "remove", 1e-3),  # unsampled: P and Q from separate parts
         ("laplace", 2.0, 0.01, "remove", 1e-3),
+        ("laplace", 10.0, 1e-6, "add", 4e-10),  # losses of 1e-7, where ulps of 1 were too wide
     ],
 )
 def test_optimistic_labels_lie_at_or_below_their_exact_losses(monkeypatch, kind, scale, rate, direction, step):
     """Each label of the routing keeps no more P-mass than it has, and its loss bound is
     at most its exact loss log P_k/Q_k (from mpmath cell masses and the routing's own
-    fractions).  The computed log P_k/Q_k itself is off by far more than a few ulps here
-    (cell masses are differences of values near 1/2), which the test also checks, so a
-    margin of ulps alone would not do."""
+    fractions).  The log P_k/Q_k computed from the mixed masses is off by far more than a
+    few ulps on the fine Gaussian grids (cell masses are differences of values near 1/2),
+    which the test also checks, so a margin of ulps alone would not do."""
     loss = _law(kind, scale, rate, direction)
     cut = truncation(loss, 1e-12)
     calls = _spy_labels(monkeypatch)
     discretise.lower_measure(loss, step, cut.low, cut.high)
-    (args, (kept, lowest, _)), = calls
-    m, n, _, _, pi, _, _, _, _, grid = args
+    (grid,), ((pi, kept, lowest),) = calls["edges"], calls["labels"]
     size = grid.size
+    m, n, _, _ = cells_of(loss, grid)
     heaviest = np.argsort(kept)[::-1][:150]
     spread = np.linspace(1, size - 2, 150).astype(int)
     labels = sorted({int(k) for k in np.concatenate([heaviest, spread]) if 0 < k < size - 1})
@@ -166,3 +189,49 @@ def test_a_discrete_law_sums_its_cells_within_the_bound():
         assert abs(mp.mpf(float(m[i])) - exact_m) <= error_m[i]
         assert abs(mp.mpf(float(n[i])) - exact_n) <= error_n[i]
     assert m.sum() == pytest.approx(masses.sum(), rel=1e-12)
+
+
+def _exact_profile(kind, scale, rate, direction, epsilon):
+    """delta(eps) = Pr_P(L > eps) - e^eps Pr_Q(L > eps) in mpmath."""
+    _, above_p, _, above_q = _exact_functions(kind, scale, rate, direction, epsilon)
+    return above_p - mp.exp(mp.mpf(epsilon)) * above_q
+
+
+def _measure_profile(measure, epsilon):
+    """The profile of a grid measure in mpmath: sum_x p_x (1 - e^{eps - x})_+ + p_inf,
+    at the exact positions (first_index + j) * step - shift."""
+    eps = mp.mpf(epsilon)
+    total = mp.mpf(measure.infinity_mass)
+    step, shift = mp.mpf(measure.step), mp.mpf(measure.shift)
+    for j in np.flatnonzero(measure.masses):
+        x = (measure.first_index + int(j)) * step - shift
+        if x > eps:
+            total += mp.mpf(float(measure.masses[j])) * (1 - mp.exp(eps - x))
+    return total
+
+
+@pytest.mark.parametrize(
+    "kind, scale, rate, direction, points",
+    [
+        ("gaussian", 1.0, 0.01, "remove", 400),
+        ("gaussian", 1.0, 0.01, "add", 400),
+        ("gaussian", 100.0, 1e-6, "remove", 300),  # losses of 1e-7: the parts' errors scaled by |1 - q - e^l|
+        ("gaussian", 2.0, 1.0, "add", 300),
+        ("laplace", 10.0, 1e-6, "remove", 300),
+    ],
+)
+def test_pessimistic_measure_lies_above_the_exact_profile(kind, scale, rate, direction, points):
+    """Connect the dots from computed distribution functions, with the cover of their
+    modelled errors, at or above mpmath's profile at grid points and between them."""
+    mp.mp.dps = 40
+    loss = _law(kind, scale, rate, direction)
+    cut = truncation(loss, 1e-12)
+    step = (cut.high - cut.low) / points
+    measure = discretise.upper_measure(loss, step, cut.low, cut.high)
+    positions = (measure.first_index + np.arange(measure.masses.size)) * step - measure.shift
+    inside = positions[(positions > cut.low) & (positions < cut.high)]
+    chosen = np.concatenate([inside[:: max(1, inside.size // 12)], inside[::37][:6] + 0.5 * step])
+    for epsilon in chosen:
+        exact = _exact_profile(kind, scale, rate, direction, float(epsilon))
+        assert _measure_profile(measure, float(epsilon)) >= exact, (epsilon, exact)
+    mp.mp.dps = 60
