@@ -16,8 +16,8 @@ Pipeline (per neighbouring direction, docs/design.md, "Neighbouring directions")
    mass above the window is added to the upper bound and the mass outside the window
    is subtracted from the lower bound;
 5. floating-point error of the FFT composition is allowed for per entry: the larger
-   of u (T + log2 n) max(p) (the transform's relative error, amplified T times by the
-   power) and twice the most negative composed entry, added to every entry of the upper
+   of 4u (T + log2 n) max(p) (the transform's relative error, amplified T times by the
+   power, each complex product within sqrt(5) u) and twice the most negative composed entry, added to every entry of the upper
    sum and removed from every entry of the lower sum.  This is a model of the error,
    checked against mpmath references at delta = 1e-12, not a worst-case bound:
    worst-case FFT error bounds (Higham 2002, section 24.1) are orders of magnitude

@@ -1,7 +1,7 @@
 """Exponentially tilted FFT composition: certified brackets at tiny delta.
 
 The FFT composition of :mod:`.compose` carries a round-off allowance of about
-u (T + log2 n) max(p) on every entry.  That allowance does not shrink with the grid
+4u (T + log2 n) max(p) on every entry.  That allowance does not shrink with the grid
 step, and at delta of 1e-10 or below its share of delta(eps) = sum_{x > eps} w (1 - e^{eps - x})
 sets a floor on the bracket's width that no refinement can pass.
 
@@ -45,6 +45,7 @@ import numba
 import numpy as np
 
 from dpforge.accounting.prv.compose import (
+    _ROUNDING_FACTOR,
     _U,
     ComposedProfile,
     _chernoff_lambdas,
@@ -119,7 +120,7 @@ def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, bu
     at most ``budget`` to delta(eps).
 
     Each kept entry y > eps carries r~ S(y) = r~ S(eps) e^{-theta (y - eps)} of allowance
-    with r~ = u (T + log2 n) max p~ <= u (T + 64) for the model part of the allowance (a
+    with r~ = c u (T + log2 n) max p~ <= c u (T + 64), c = ``_ROUNDING_FACTOR``, for the model part of the allowance (a
     tilted measure has total mass 1, so every entry is at most 1, and log2 of any window is
     below 64), weighted by 1 - e^{eps - y} <= y - eps; summed over the grid y = eps + j h
     that is at most r~ S(eps) sum_j j h e^{-theta j h} <= r~ S(eps) e^{theta h} / (theta^2 h).
@@ -130,7 +131,7 @@ def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, bu
     asked says so (``accuracy["reached"]`` and a ``DpforgeAccuracyWarning``)."""
     step = measures[0][0].step
     steps = sum(count for _, count in measures)
-    roundoff = _U * (steps + 64.0)
+    roundoff = _ROUNDING_FACTOR * _U * (steps + 64.0)
     log_spread = theta * step - 2.0 * math.log(max(theta, 1e-12)) - math.log(step)
     return math.log(budget) - math.log(roundoff) - log_spread
 
@@ -302,7 +303,9 @@ def compose_tilted(
     )
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
-    roundoff = max(2.0 * max(-float(masses.min()), 0.0), _U * (total_count + math.log2(size)) * float(masses.max()))
+    roundoff = max(
+        2.0 * max(-float(masses.min()), 0.0), _ROUNDING_FACTOR * _U * (total_count + math.log2(size)) * float(masses.max())
+    )
     return TiltedComposition(
         positions,
         masses,

@@ -60,7 +60,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy import special
 
-from dpforge.accounting.prv.compose import _U, compose_powers, powers_window
+from dpforge.accounting.prv.compose import _ROUNDING_FACTOR, _U, compose_powers, powers_window
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, _choose_phase, lower_measure, lower_on_grid
 from dpforge.accounting.prv.limits import check_grid
@@ -336,7 +336,9 @@ def _summed(
     raw = sp_fft.irfft(total, size)
     # the allowance of .compose: a model of the FFT's error (products of terms + 2
     # transforms and a sum of terms + 1), or twice the most negative entry if larger
-    roundoff = max(_U * (4.0 * (terms + 2) + math.log2(size)) * float(np.max(raw)), 2.0 * max(-float(np.min(raw)), 0.0))
+    roundoff = max(
+        _ROUNDING_FACTOR * _U * (4.0 * (terms + 2) + math.log2(size)) * float(np.max(raw)), 2.0 * max(-float(np.min(raw)), 0.0)
+    )
     kept = np.maximum(raw[:length] - roundoff, 0.0)
     if theta == 0.0:
         return kept * math.exp(scale)

@@ -118,22 +118,30 @@ def test_a_direction_whose_upper_meets_the_others_lower_is_dominated():
 # * sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 (eps = 0.00295, set by single hits eight
 #   standard deviations out): the chunks' sums are tilted and lengthened in a round of
 #   their own (lower 0.002844 -> 0.0029497), and the single-grid upper chain is refined by
-#   its step model to 2^21 points (0.0029548 at 2^20); it stopped 3.7 % wide, then 2.7e-3.
+#   its step model to 2^21 points (0.0029548 at 2^20); it stopped 3.7 % wide, then 2.7e-3,
+#   then 8.2e-4.  With the FFT allowance at 4u (T + log2 n) max p (1u was exceeded 1.28
+#   times elsewhere) the allowance is most of the width there: 2.2e-3, and it says so.
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "sigma, rate, delta, upper_below",
-    [(0.3, 1e-3, 1e-10, 207.0), (1.0, 1e-6, 1e-15, 0.00296)],
-    ids=["direction-far-below-the-tilt", "rare-hits"],
-)
-def test_staged_tiny_delta_reaches_the_width(sigma, rate, delta, upper_below):
-    description = Composed([(PoissonSampled(Gaussian(sigma), rate), 100_000)])
+def test_staged_tiny_delta_reaches_the_width():
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-3), 100_000)])
     with warnings.catch_warnings():
         warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, delta)
+        result = epsilon(description, 1e-10)
     assert result.accuracy["reached"]
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
-    assert result.upper < upper_below
-    assert result.upper <= epsilon(description, delta, engine="rdp").upper
+    assert result.upper < 207.0
+    assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+@pytest.mark.slow
+def test_rare_hits_at_tiny_delta_say_when_the_allowance_sets_the_width():
+    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)])
+    with pytest.warns(DpforgeAccuracyWarning):
+        result = epsilon(description, 1e-15)
+    assert not result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 3e-3 * result.upper
+    assert result.lower < 0.0029500 < result.upper < 0.00296
+    assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
 
 def test_a_stalled_round_stops_at_the_bulk_resolution():
