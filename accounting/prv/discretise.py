@@ -82,15 +82,6 @@ def _differences(cdf: np.ndarray, sf: np.ndarray) -> np.ndarray:
     return np.maximum(masses, 0.0)
 
 
-def _difference_errors(cdf: np.ndarray, sf: np.ndarray, cdf_error: np.ndarray, sf_error: np.ndarray) -> np.ndarray:
-    """Error bounds of :func:`_differences`: the two differenced values' modelled errors
-    plus the subtraction's rounding."""
-    lower = cdf[1:] <= 0.5
-    masses = np.where(lower, cdf[1:] - cdf[:-1], sf[:-1] - sf[1:])
-    error = np.where(lower, cdf_error[1:] + cdf_error[:-1], sf_error[:-1] + sf_error[1:])
-    return error + 2.0 * rounding.U * np.abs(masses)
-
-
 def _functions(loss: PrivacyLoss, points: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
     """The four distribution functions at ``points`` and their modelled errors (:mod:`.rounding`)."""
     points = np.ascontiguousarray(points, dtype=float)
@@ -105,12 +96,9 @@ def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.n
     if hasattr(loss, "cell_masses"):
         return loss.cell_masses(edges)
     (cdf_p, sf_p, cdf_q, sf_q), (e_cdf_p, e_sf_p, e_cdf_q, e_sf_q) = _functions(loss, edges)
-    return (
-        _differences(cdf_p, sf_p),
-        _differences(cdf_q, sf_q),
-        _difference_errors(cdf_p, sf_p, e_cdf_p, e_sf_p),
-        _difference_errors(cdf_q, sf_q, e_cdf_q, e_sf_q),
-    )
+    m, error_m = _differences_with_errors(cdf_p, sf_p, e_cdf_p, e_sf_p)
+    n, error_n = _differences_with_errors(cdf_q, sf_q, e_cdf_q, e_sf_q)
+    return m, n, error_m, error_n
 
 
 def _end_masses(loss: PrivacyLoss, low: float, high: float) -> tuple[float, float, float, float, float, float]:
@@ -127,17 +115,30 @@ def _base_cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray,
     """(C-mass, S-mass of each cell (edges[i], edges[i+1]], their error bounds, and
     Pr_C(L > top), Pr_S(L > top) with theirs) of a subsampled law, C = Q0 and S = P0
     (:meth:`PrivacyLoss.base_distribution_functions`)."""
-    edges = np.ascontiguousarray(edges, dtype=float)
-    values = tuple(np.asarray(v, dtype=float) for v in loss.base_distribution_functions(edges))
-    c_le, c_gt, s_le, s_gt = values
-    e_c_le, e_c_gt, e_s_le, e_s_gt = rounding.function_errors(loss, edges, values)
-    return (
-        _differences(c_le, c_gt),
-        _differences(s_le, s_gt),
-        _difference_errors(c_le, c_gt, e_c_le, e_c_gt),
-        _difference_errors(s_le, s_gt, e_s_le, e_s_gt),
-        float(c_gt[-1]), float(s_gt[-1]), float(e_c_gt[-1]), float(e_s_gt[-1]),
-    )
+    (c_le, c_gt, s_le, s_gt), (e_c_le, e_c_gt, e_s_le, e_s_gt) = rounding.base_functions_and_errors(loss, edges)
+    a, error_a = _differences_with_errors(c_le, c_gt, e_c_le, e_c_gt)
+    b, error_b = _differences_with_errors(s_le, s_gt, e_s_le, e_s_gt)
+    return a, b, error_a, error_b, float(c_gt[-1]), float(s_gt[-1]), float(e_c_gt[-1]), float(e_s_gt[-1])
+
+
+@numba.njit(cache=True)
+def _differences_with_errors(le, gt, error_le, error_gt):  # pragma: no cover - jitted
+    """:func:`_differences` and bounds on their errors, in one pass: the two differenced
+    values' modelled errors plus the subtraction's rounding."""
+    cells = le.size - 1
+    masses = np.empty(cells)
+    errors = np.empty(cells)
+    u = 1.1102230246251565e-16
+    for c in range(cells):
+        if le[c + 1] <= 0.5:
+            difference = le[c + 1] - le[c]
+            error = error_le[c + 1] + error_le[c]
+        else:
+            difference = gt[c] - gt[c + 1]
+            error = error_gt[c] + error_gt[c + 1]
+        masses[c] = max(difference, 0.0)
+        errors[c] = error + 2.0 * u * abs(difference)
+    return masses, errors
 
 
 def _atoms_within(loss: PrivacyLoss, low: float, high: float) -> list[float]:
@@ -200,7 +201,8 @@ def _suffix(values: np.ndarray) -> np.ndarray:
     return np.append(np.cumsum(values[::-1])[::-1], 0.0)
 
 
-def _telescoped(le, gt, error_le, error_gt) -> tuple[np.ndarray, ...]:
+@numba.njit(cache=True)
+def _telescoped(le, gt, error_le, error_gt):  # pragma: no cover - jitted
     """(cell masses, the reconstructed survival function sum_{k >= j} mass_k + gt[-1] at
     each edge j, and two parts of a bound on its error) of one measure whose cell masses
     are differences of its computed distribution functions (:func:`_differences`).  The
@@ -210,16 +212,77 @@ def _telescoped(le, gt, error_le, error_gt) -> tuple[np.ndarray, ...]:
     clipping negative differences to 0 added (the second part, the same for every edge
     below them).  The subtractions' rounding is relative to each cell, and
     :func:`_upper_parts` covers it cell by cell."""
-    lower = le[1:] <= 0.5
-    difference = np.where(lower, le[1:] - le[:-1], gt[:-1] - gt[1:])
-    masses = np.maximum(difference, 0.0)
-    branch = np.append(lower, False)  # the top value is a survival function
-    start = np.where(branch, error_le, error_gt)
-    switch = np.zeros(le.size)
-    switch[1:] = np.where(branch[:-1] != branch[1:], error_le[1:] + error_gt[1:], 0.0)
-    later_switches = np.append(_suffix(switch)[1:-1], 0.0)
-    survival = _suffix(masses) + gt[-1]
-    return masses, survival, start, later_switches + _suffix(masses - difference)
+    cells = le.size - 1
+    masses = np.empty(cells)
+    survival = np.empty(cells + 1)
+    local = np.empty(cells + 1)
+    spread = np.empty(cells + 1)
+    survival[cells] = gt[cells]
+    local[cells] = error_gt[cells]
+    spread[cells] = 0.0
+    above = gt[cells]
+    shared = 0.0
+    next_lower = False  # the top value is a survival function
+    for k in range(cells - 1, -1, -1):
+        lower = le[k + 1] <= 0.5
+        difference = le[k + 1] - le[k] if lower else gt[k] - gt[k + 1]
+        mass = max(difference, 0.0)
+        masses[k] = mass
+        shared += mass - difference
+        if lower != next_lower:
+            shared += error_le[k + 1] + error_gt[k + 1]
+        above += mass
+        survival[k] = above
+        local[k] = error_le[k] if lower else error_gt[k]
+        spread[k] = shared
+        next_lower = lower
+    return masses, survival, local, spread
+
+
+@numba.njit(cache=True)
+def _profile_errors(local_1, spread_1, local_2, spread_2, survival_p, survival_q, grid, q, mode):  # pragma: no cover - jitted
+    """(the errors local to each edge, zeta) of the connect-the-dots profile from two
+    measures' telescoped errors (:func:`_telescoped`): mode 0 has P and Q (weights 1 and
+    e^l), mode 1 a subsampled law's parts C and S in the remove direction (|e^l - 1 + q|
+    and q), mode 2 in the add direction (|1 - (1 - q) e^l| and q e^l).  The shared parts
+    are a share of the profile S_P - e^l S_Q (less 4 ulps of its terms) no larger than
+    zeta; where the profile is not positive they join the local ones."""
+    size = grid.size
+    u = 1.1102230246251565e-16
+    local = np.empty(size)
+    zeta = 0.0
+    for j in range(size):
+        l = grid[j]
+        if mode == 0:
+            own = local_1[j] + _exp_times(l, local_2[j])
+            shared = spread_1[j] + _exp_times(l, spread_2[j])
+        elif mode == 1:
+            weight = abs(math.expm1(l) + q)
+            own = weight * local_1[j] + q * local_2[j]
+            shared = weight * spread_1[j] + q * spread_2[j]
+        elif l < 700.0:
+            weight = abs(1.0 - (1.0 - q) * math.exp(l))
+            own = weight * local_1[j] + q * _exp_times(l, local_2[j])
+            shared = weight * spread_1[j] + q * _exp_times(l, spread_2[j])
+        else:  # |1 - (1 - q) e^l| x <= x + e^l x, without overflow
+            own = local_1[j] + _exp_times(l, local_1[j]) + q * _exp_times(l, local_2[j])
+            shared = spread_1[j] + _exp_times(l, spread_1[j]) + q * _exp_times(l, spread_2[j])
+        e_q = _exp_times(l, survival_q[j])
+        profile = survival_p[j] - e_q - 4.0 * u * (survival_p[j] + e_q)
+        if shared > 0.0 and profile > 0.0:
+            zeta = max(zeta, shared / profile)
+        else:
+            own += shared
+        local[j] = own if not math.isnan(own) else math.inf
+    return local, zeta
+
+
+@numba.njit(cache=True)
+def _exp_times(exponent, value):  # pragma: no cover - jitted
+    """e^exponent * value for value >= 0, without overflow where the product is finite."""
+    if value <= 0.0:
+        return 0.0
+    return math.exp(exponent + math.log(value))
 
 
 def _times_exp(values: np.ndarray, exponents: np.ndarray) -> np.ndarray:
@@ -250,57 +313,44 @@ def _upper_parts(loss, grid: np.ndarray):
     up."""
     grid = np.ascontiguousarray(grid, dtype=float)
     u = rounding.U
-    spread = np.zeros(grid.size)
     if hasattr(loss, "cell_masses"):
         m, n, error_m, error_n = loss.cell_masses(grid)
         below, below_error, above, above_error, above_q, above_q_error = _end_masses(loss, float(grid[0]), float(grid[-1]))
-        survival_p, survival_q = _suffix(m) + above, _suffix(n) + above_q
         local = _suffix(error_m) + above_error + _times_exp(_suffix(error_n) + above_q_error, grid)
+        zeta = 0.0
     elif isinstance(loss, PrivacyLoss) and loss.sampling_rate < 1.0:
         q = float(loss.sampling_rate)
-        values = tuple(np.asarray(v, dtype=float) for v in loss.base_distribution_functions(grid))
-        e_c_le, e_c_gt, e_s_le, e_s_gt = rounding.function_errors(loss, grid, values)
-        c_le, c_gt, s_le, s_gt = values
+        (c_le, c_gt, s_le, s_gt), (e_c_le, e_c_gt, e_s_le, e_s_gt) = rounding.base_functions_and_errors(loss, grid)
         a, survival_c, local_c, spread_c = _telescoped(c_le, c_gt, e_c_le, e_c_gt)
         b, survival_s, local_s, spread_s = _telescoped(s_le, s_gt, e_s_le, e_s_gt)
         mixed = (1.0 - q) * a + q * b
         survival_mixed = (1.0 - q) * survival_c + q * survival_s
         if loss.direction == "remove":
-            m, n = mixed, a
+            m, n, mode = mixed, a, 1
             survival_p, survival_q = survival_mixed, survival_c
-            weight_c, weight_s = np.abs(-np.expm1(grid) - q), np.full(grid.size, q)
             below = (1.0 - q) * c_le[0] + q * s_le[0]
             below_error = (1.0 - q) * e_c_le[0] + q * e_s_le[0]
             above, above_error = (1.0 - q) * c_gt[-1] + q * s_gt[-1], (1.0 - q) * e_c_gt[-1] + q * e_s_gt[-1]
         else:
-            m, n = a, mixed
+            m, n, mode = a, mixed, 2
             survival_p, survival_q = survival_c, survival_mixed
-            weight_c = np.abs(1.0 - _times_exp(np.full(grid.size, 1.0 - q), grid))
-            weight_s = _times_exp(np.full(grid.size, q), grid)
             below, below_error = c_le[0], e_c_le[0]
             above, above_error = c_gt[-1], e_c_gt[-1]
-        local = weight_c * local_c + weight_s * local_s
-        spread = weight_c * spread_c + weight_s * spread_s
+        local, zeta = _profile_errors(local_c, spread_c, local_s, spread_s, survival_p, survival_q, grid, q, mode)
     else:
         (cdf_p, sf_p, cdf_q, sf_q), (e_cdf_p, e_sf_p, e_cdf_q, e_sf_q) = _functions(loss, grid)
         m, survival_p, local_p, spread_p = _telescoped(cdf_p, sf_p, e_cdf_p, e_sf_p)
         n, survival_q, local_q, spread_q = _telescoped(cdf_q, sf_q, e_cdf_q, e_sf_q)
-        local = local_p + _times_exp(local_q, grid)
-        spread = spread_p + _times_exp(spread_q, grid)
+        local, zeta = _profile_errors(local_p, spread_p, local_q, spread_q, survival_p, survival_q, grid, 1.0, 0)
         below, below_error, above, above_error = cdf_p[0], e_cdf_p[0], sf_p[-1], e_sf_p[-1]
     local[0] += below_error
-    # the spread part, the same below a switch, is a small share of the profile there:
-    # scaling the measure by 1 + zeta multiplies its profile by that
-    profile = survival_p - _times_exp(survival_q, grid)
-    profile = profile - 4.0 * u * (survival_p + _times_exp(survival_q, grid))
-    scalable = (spread > 0.0) & (profile > 0.0)
-    zeta = float(np.max(spread[scalable] / profile[scalable], initial=0.0))
-    local = local + np.where(scalable, 0.0, spread)
     raise_p, lower_q = 1.0 + _CELL_ULPS * u, 1.0 - _CELL_ULPS * u
+    # the shared errors are a share of the profile no larger than zeta: scaling the
+    # measure by 1 + zeta multiplies its profile by that
     scale = 1.0 + zeta
     return (
-        m * raise_p * scale,
-        n * lower_q * scale,
+        m * (raise_p * scale),
+        n * (lower_q * scale),
         local,
         float((below + below_error) * raise_p * scale),
         float((above + above_error) * scale),
@@ -320,15 +370,30 @@ def _add_cover(masses: np.ndarray, errors: np.ndarray, grid: np.ndarray, index: 
     ``ceiling`` (the law's largest loss or the grid's top) put theirs at +inf, so no
     cover mass lies above the largest loss (a pure-DP law keeps its eps at tiny delta).
     Returns the mass at +inf."""
-    envelope = np.maximum.accumulate(errors[::-1])[::-1]
-    if not np.isfinite(envelope[0]):
-        return float("inf")
-    steps = envelope - np.append(envelope[1:], 0.0)
-    inside = np.append(grid[:-1] < ceiling - 64.0 * rounding.U * max(1.0, abs(ceiling)), False)
-    points = np.flatnonzero(inside)
-    cover = steps[points] / -np.expm1(grid[points] - grid[points + 1])
-    np.add.at(masses, index[points + 1], cover)
-    return float(steps[~inside].sum())
+    return _cover(masses, errors, grid, np.ascontiguousarray(index, dtype=np.int64), ceiling - 64.0 * rounding.U * max(1.0, abs(ceiling)))
+
+
+@numba.njit(cache=True)
+def _cover(masses, errors, grid, index, below_ceiling):  # pragma: no cover - jitted
+    """:func:`_add_cover` in one backward pass."""
+    size = grid.size
+    envelope = 0.0
+    infinite = 0.0
+    for i in range(size - 1, -1, -1):
+        if not errors[i] <= math.inf:  # NaN
+            return math.inf
+        higher = max(envelope, errors[i])
+        step = higher - envelope
+        envelope = higher
+        if step <= 0.0:
+            continue
+        if math.isinf(step):
+            return math.inf
+        if i < size - 1 and grid[i] < below_ceiling:
+            masses[index[i + 1]] += step / -math.expm1(grid[i] - grid[i + 1])
+        else:
+            infinite += step
+    return infinite
 
 
 #: the widest cell of a graded grid, in grid steps (a power of two)
@@ -501,13 +566,15 @@ def _cell_weights(m: np.ndarray, n: np.ndarray, grid: np.ndarray) -> tuple[np.nd
 
 
 @numba.njit(cache=True)
-def _label_slack(m, n, error_m, error_n, step):  # pragma: no cover - jitted
-    """An estimate of the relative error of each label's masses (cells c - 1 and c feed
-    label c: their errors over their masses), P's plus Q's, a tenth larger, at most a
-    quarter step: a label balanced at its grid point plus this slack keeps its loss above
-    the point once its masses' errors are taken off, so it stays on its own point.  Only
-    tightness depends on it: the labels' own bounds follow the routing
-    (:func:`_label_losses`)."""
+def _label_slack(m, n, error_m, error_n, step, q):  # pragma: no cover - jitted
+    """An estimate of the relative error of each label's loss (cells c - 1 and c feed
+    label c: their errors over their masses, the P-like part's plus the Q-like part's),
+    a tenth larger, at most a quarter step: a label balanced at its grid point plus this
+    slack keeps its loss above the point once its masses' errors are taken off, so it
+    stays on its own point.  For a subsampled law's parts (q < 1: ``m``, ``n`` are the
+    C- and S-masses) the relative errors enter the loss scaled by q B/A / (1 - q + q B/A)
+    (:func:`_mixture_label_losses`).  Only tightness depends on it: the labels' own
+    bounds follow the routing (:func:`_label_losses`)."""
     cells = m.size
     out = np.empty(cells + 1)
     for k in range(cells + 1):
@@ -523,6 +590,9 @@ def _label_slack(m, n, error_m, error_n, step):  # pragma: no cover - jitted
             slack += error_p / mass_p
         if mass_q > 0.0:
             slack += error_q / mass_q
+        if q < 1.0:
+            ratio = mass_q / mass_p if mass_p > 0.0 else 0.0
+            slack *= q * ratio / (1.0 - q + q * ratio)
         out[k] = min(1.1 * slack, 0.25 * step)
     return out
 
@@ -800,15 +870,24 @@ def _place_labels(kept, lowest, widest, grid, lattice, step, phase) -> tuple[np.
     finds worth it for labels whose masses' errors put their bound further below (a
     shift of every label against a full step for the few).  A label that would land
     below the grid is dropped (only lowers the profile)."""
-    occupied = kept > 0.0
     widest = max(widest, 1e-300)
+    occupied = kept > 0.0
     offset = np.where(occupied, lowest + 2.0 * widest - grid, 0.0)
     floor_shift = 2.0 * widest + 1e-9 * step + _choose_shift(offset[occupied], kept[occupied], step)
-    target = np.floor((lowest[occupied] - phase + floor_shift) / step).astype(np.int64)
-    index = np.minimum(target, lattice[occupied]) - (lattice[0] - 1)
-    inside = index >= 0
-    masses = np.bincount(index[inside], weights=kept[occupied][inside], minlength=int(lattice[-1] - lattice[0]) + 2)
-    return masses.astype(float), float(floor_shift)
+    return _placed(kept, lowest, lattice, step, phase, floor_shift), float(floor_shift)
+
+
+@numba.njit(cache=True)
+def _placed(kept, lowest, lattice, step, phase, floor_shift):  # pragma: no cover - jitted
+    """The placement of :func:`_place_labels` at a given shift."""
+    masses = np.zeros(lattice[-1] - lattice[0] + 2)
+    for k in range(kept.size):
+        if kept[k] > 0.0:
+            target = min(int(math.floor((lowest[k] - phase + floor_shift) / step)), lattice[k])
+            index = target - (lattice[0] - 1)
+            if index >= 0:
+                masses[index] += kept[k]
+    return masses
 
 
 def _labels_rounded_down(
@@ -878,7 +957,7 @@ def lower_on_grid(
         top_m = top_n = top_error_m = top_error_n = 0.0
     # route towards targets a slack above the grid points, so that every label's loss
     # stays above its point once its masses' modelled errors are taken off
-    targets = grid + _label_slack(m, n, error_m, error_n, step)
+    targets = grid + _label_slack(m, n, error_m, error_n, step, 1.0)
     up, down = _cell_weights(m, n, targets)
     top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
@@ -904,10 +983,7 @@ def _lower_on_grid_subsampled(
     top_mixed = (1.0 - q) * top_a + q * top_b
     top_m, top_n = (top_mixed, top_a) if remove else (top_a, top_mixed)
     # the loss's rounding: the parts' relative errors, scaled by q B/A / (1 - q + q B/A)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(a > 0.0, b / np.where(a > 0.0, a, 1.0), 0.0)
-        weight = q * ratio / (1.0 - q + q * ratio)
-    targets = grid + _label_slack(a, b, weight * error_a, weight * error_b, step)
+    targets = grid + _label_slack(a, b, error_a, error_b, step, q)
     up, down = _cell_weights(m, n, targets)
     top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)

@@ -40,6 +40,7 @@ import numba
 import numpy as np
 
 from dpforge.mechanisms.pairs import GaussianPair, LaplacePair, PrivacyLoss, RandomizedResponsePair
+from dpforge.mechanisms.subsampled_gaussian_kernel import _base_at
 
 #: the unit round-off
 U = 2.0**-53
@@ -87,7 +88,50 @@ def argument_amplification(pair: object) -> float:
 
 
 @numba.njit(cache=True)
-def _errors_kernel(ell, values, rate, sign, inverse_scale, offset, gaussian_tails, snapped):  # pragma: no cover - jitted
+def _argument_rounding(l, rate, log_rate, sign, inverse_scale, offset, snapped):  # pragma: no cover - jitted
+    """The rounding of the standardised argument at the loss l (:func:`_errors_kernel`)."""
+    u = 1.1102230246251565e-16
+    if not math.isfinite(l):
+        return 0.0
+    y = sign * l
+    if rate >= 1.0:
+        return 2.0 * u * (abs(y) * inverse_scale + offset)
+    if y <= 1.0:
+        shifted = math.expm1(y)
+        total = shifted + rate
+        if total <= 0.0:  # outside the support the functions are the exact 0 and 1
+            return 0.0
+        # r = log1p(x), x = expm1(y)/q carrying 2 ulps: r moves by 2u |x|/(1 + x)
+        # = 2u |expm1 y| / (expm1 y + q) (large near the edge), plus its own ulp
+        ratio = shifted / rate
+        r = math.log1p(ratio) if ratio > -1.0 else -math.inf
+        rounding_r = 2.0 * u * (abs(shifted) / total + abs(r))
+        if snapped:  # r within 4 ulps of an atom is moved onto it
+            rounding_r += 8.0 * u * max(1.0, abs(r))
+        return rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
+    r = y + math.log1p(-(1.0 - rate) * math.exp(-y)) - log_rate
+    rounding_r = 2.0 * u * (abs(y) + 2.0 - log_rate + abs(r))
+    return rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
+
+
+@numba.njit(cache=True)
+def _value_error(value, argument, gaussian_tails):  # pragma: no cover - jitted
+    """The modelled error of one computed value (:func:`_errors_kernel`)."""
+    u = 1.1102230246251565e-16
+    tail = max(min(value, 1.0 - value), 0.0)
+    error = 8.0 * u * abs(value) + FLOOR
+    if tail > 0.0:
+        factor = 1.0
+        if gaussian_tails:
+            # log 1/t <= (1 - e) log 2 for t = m 2^e, m in [1/2, 1): no logarithm
+            exponent = math.frexp(tail)[1]
+            factor = math.sqrt(2.0 * 0.6931471805599453 * max(1 - exponent, 0)) + 2.0
+        error += SAFETY * (4.0 * u + argument * factor) * tail
+    return error if not math.isnan(error) else math.inf
+
+
+@numba.njit(cache=True)
+def _errors_kernel(ell, v0, v1, v2, v3, rate, sign, inverse_scale, offset, gaussian_tails, snapped):  # pragma: no cover - jitted
     """The model of :func:`function_errors` for a mechanism's law, in one pass.
 
     With y = sign * l, r = log(e^y - (1 - q)) - log q is computed for y <= 1 as
@@ -99,44 +143,52 @@ def _errors_kernel(ell, values, rate, sign, inverse_scale, offset, gaussian_tail
     z = r * inverse_scale +- offset adds 2u (|r| inverse_scale + offset).  A tail value
     t = min(F, 1 - F) then moves by about |dz| (sqrt(2 log 1/t) + 2) relatively (|dz|
     for the exponential tails of Laplace), and its special function by 4 ulps; the
-    error is SAFETY times that, plus 8u F (the value's
-    own rounding).  Outside the support the functions are the exact 0 and 1."""
-    u = 1.1102230246251565e-16
+    error is SAFETY times that, plus 8u F (the value's own rounding).  Outside the
+    support the functions are the exact 0 and 1."""
     log_rate = math.log(rate)
-    out = np.empty(values.shape)
-    for i in range(ell.size):
-        l = ell[i]
-        y = sign * l
-        argument = 0.0
-        if not math.isfinite(l):
-            argument = 0.0
-        elif rate >= 1.0:
-            argument = 2.0 * u * (abs(y) * inverse_scale + offset)
-        elif y <= 1.0:
-            shifted = math.expm1(y)
-            total = shifted + rate
-            if total > 0.0:
-                # r = log1p(x), x = expm1(y)/q carrying 2 ulps: r moves by 2u |x|/(1 + x)
-                # = 2u |expm1 y| / (expm1 y + q) (large near the edge), plus its own ulp
-                ratio = shifted / rate
-                r = math.log1p(ratio) if ratio > -1.0 else -math.inf
-                rounding_r = 2.0 * u * (abs(shifted) / total + abs(r))
-                if snapped:  # r within 4 ulps of an atom is moved onto it
-                    rounding_r += 8.0 * u * max(1.0, abs(r))
-                argument = rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
-        else:
-            r = y + math.log1p(-(1.0 - rate) * math.exp(-y)) - log_rate
-            rounding_r = 2.0 * u * (abs(y) + 2.0 - log_rate + abs(r))
-            argument = rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
-        for j in range(values.shape[0]):
-            value = values[j, i]
-            tail = max(min(value, 1.0 - value), 0.0)
-            error = 8.0 * u * abs(value) + FLOOR
-            if tail > 0.0:
-                factor = math.sqrt(2.0 * max(-math.log(tail), 0.0)) + 2.0 if gaussian_tails else 1.0
-                error += SAFETY * (4.0 * u + argument * factor) * tail
-            out[j, i] = error if not math.isnan(error) else math.inf
-    return out
+    size = ell.size
+    e0, e1, e2, e3 = np.empty(size), np.empty(size), np.empty(size), np.empty(size)
+    for i in range(size):
+        argument = _argument_rounding(ell[i], rate, log_rate, sign, inverse_scale, offset, snapped)
+        e0[i] = _value_error(v0[i], argument, gaussian_tails)
+        e1[i] = _value_error(v1[i], argument, gaussian_tails)
+        e2[i] = _value_error(v2[i], argument, gaussian_tails)
+        e3[i] = _value_error(v3[i], argument, gaussian_tails)
+    return e0, e1, e2, e3
+
+
+@numba.njit(cache=True)
+def _gaussian_base_kernel(ell, mu, q, remove):  # pragma: no cover - jitted
+    """A subsampled Gaussian's base functions (:func:`.subsampled_gaussian_kernel._base_at`)
+    and their modelled errors in one pass."""
+    size = ell.size
+    values = np.empty((4, size))
+    errors = np.empty((4, size))
+    subsampled = q < 1.0
+    log1m_q = math.log1p(-q) if subsampled else -np.inf
+    log_rate = math.log(q)
+    sign = 1.0 if remove else -1.0
+    inverse_scale, offset = 1.0 / mu, 0.5 * mu
+    for i in range(size):
+        c_le, c_gt, s_le, s_gt = _base_at(ell[i], mu, q, remove, subsampled, log1m_q)
+        argument = _argument_rounding(ell[i], q, log_rate, sign, inverse_scale, offset, False)
+        values[0, i], values[1, i], values[2, i], values[3, i] = c_le, c_gt, s_le, s_gt
+        errors[0, i] = _value_error(c_le, argument, True)
+        errors[1, i] = _value_error(c_gt, argument, True)
+        errors[2, i] = _value_error(s_le, argument, True)
+        errors[3, i] = _value_error(s_gt, argument, True)
+    return values, errors
+
+
+def base_functions_and_errors(loss: PrivacyLoss, ell: np.ndarray) -> tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]:
+    """(:meth:`PrivacyLoss.base_distribution_functions` at ``ell``, their modelled
+    errors), in one compiled pass for a Gaussian pair."""
+    ell = np.ascontiguousarray(ell, dtype=float)
+    if type(loss.pair) is GaussianPair:
+        values, errors = _gaussian_base_kernel(ell, float(loss.pair.mu), float(loss.sampling_rate), loss.direction == "remove")
+        return (values[0], values[1], values[2], values[3]), (errors[0], errors[1], errors[2], errors[3])
+    values = tuple(np.asarray(v, dtype=float) for v in loss.base_distribution_functions(ell))
+    return values, function_errors(loss, ell, values)
 
 
 def function_errors(loss: object, ell: np.ndarray, values: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
@@ -147,14 +199,11 @@ def function_errors(loss: object, ell: np.ndarray, values: tuple[np.ndarray, ...
         # a finite discrete law: its cumulative sums are within (atoms summed) ulps
         count = getattr(loss, "positions", np.empty(0)).size + 2
         return tuple(SAFETY * count * U * np.asarray(v, dtype=float) + FLOOR for v in values)
-    stacked = np.empty((len(values), ell.size))
-    for row, value in zip(stacked, values):
-        row[:] = np.ravel(value)
     sign = 1.0 if loss.direction == "remove" else -1.0
     rate = min(float(loss.sampling_rate), 1.0)
     inverse_scale, offset, gaussian_tails = argument_scale(loss.pair)
     snapped = bool(loss.pair.atoms)  # PrivacyLoss._r_of_forward snaps r onto atoms
-    errors = _errors_kernel(
-        np.ascontiguousarray(ell.ravel()), stacked, rate, sign, inverse_scale, offset, gaussian_tails, snapped
-    )
+    flat = np.ascontiguousarray(ell.ravel())
+    rows = [np.ascontiguousarray(np.ravel(v), dtype=float) for v in values]
+    errors = _errors_kernel(flat, rows[0], rows[1], rows[2], rows[3], rate, sign, inverse_scale, offset, gaussian_tails, snapped)
     return tuple(row.reshape(ell.shape) for row in errors)

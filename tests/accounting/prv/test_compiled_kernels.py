@@ -89,7 +89,7 @@ def test_compiled_label_losses_match_the_numpy_specification(mechanism, sampling
         lattice = np.arange(k_lo, k_hi + 1)
     grid = lattice * step + phase
     m, n, error_m, error_n = discretise._cell_masses(loss, grid)
-    targets = grid + discretise._label_slack(m, n, error_m, error_n, step)
+    targets = grid + discretise._label_slack(m, n, error_m, error_n, step, 1.0)
     up, down = discretise._cell_weights(m, n, targets)
     _, _, top_m, top_error_m, top_n, top_error_n = discretise._end_masses(loss, float(grid[0]), float(grid[-1]))
     pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(targets[-1]), 0.0))

@@ -253,7 +253,6 @@ def _direct_power(masses: np.ndarray, count: int) -> np.ndarray:
 @pytest.mark.parametrize(
     "kind, scale, rate, count, step, exponent",
     [
-        # the engine's first grid at delta = 1e-13: one entry was 1.28 u (T + log2 n) max p off
         ("laplace", 2.0, 0.01, 1000, 1.626361871734663e-4, 51.9566252660544),
         ("gaussian", 1.0, 0.01, 200, 1e-2, None),
         ("gaussian", 0.8, 0.1, 100, 1e-2, None),
@@ -282,3 +281,25 @@ def test_fft_composition_stays_within_its_allowance_of_a_direct_convolution(kind
         above = positions > epsilon
         exact = float(np.dot(direct[above], -np.expm1(epsilon - positions[above])))
         assert profile.delta(float(epsilon)) <= exact * (1 + 1e-9)
+
+
+def test_the_measure_that_exceeded_the_old_allowance_stays_within_the_new_one():
+    """A stored optimistic measure (Laplace b = 2, q = 0.01, at the engine's first grid
+    for delta = 1e-13) whose 1000-fold FFT composition had an entry 1.28 u (T + log2 n)
+    max p off the direct convolution: the allowance of 4u (T + log2 n) max p covers it,
+    the old one would not."""
+    import json
+    from pathlib import Path
+
+    from dpforge.accounting.prv.compose import _U, compose
+
+    data = json.loads((Path(__file__).parent / "fft_roundoff_measure.json").read_text())
+    step, count = data["step"], 1000
+    measure = discretise.GridMeasure(data["first_index"], np.array(data["masses"]), step, data["shift"], 0.0)
+    composed = compose([(measure, count)], 1e-17)
+    direct = _direct_power(measure.masses, count)
+    index = np.rint((composed.positions + count * measure.shift) / step).astype(np.int64) - count * measure.first_index
+    inside = (index >= 0) & (index < direct.size)
+    worst = float(np.abs(composed.masses[inside] - direct[index[inside]]).max())
+    old_allowance = _U * (count + np.log2(composed.grid_size)) * float(composed.masses.max())
+    assert old_allowance < worst <= composed.roundoff
