@@ -748,6 +748,19 @@ def _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates):  # pragma: no
 
 
 @numba.njit(cache=True)
+def _routed(cells, pi, top):  # pragma: no cover - jitted
+    """What the routing gives each label of a per-cell quantity: label k gets pi_k of
+    cell k and 1 - pi_k-1 of cell k-1, the top label also ``top``."""
+    size = cells.size + 1
+    out = np.zeros(size)
+    for c in range(size - 1):
+        out[c] += pi[c] * cells[c]
+        out[c + 1] += (1.0 - pi[c]) * cells[c]
+    out[size - 1] += top
+    return out
+
+
+@numba.njit(cache=True)
 def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):  # pragma: no cover - jitted
     """(the P-mass each label keeps, a lower bound on its loss, the largest rounding
     margin) for the labels of the routing.
@@ -762,23 +775,8 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
     so a margin of 8 ulps of their sum is taken off.  The label keeps P-mass P_k - E_P; a
     label where that is not positive is dropped (mass 0)."""
     size = grid.size
-    p_label = np.zeros(size)
-    q_label = np.zeros(size)
-    p_error = np.zeros(size)
-    q_error = np.zeros(size)
-    for c in range(size - 1):
-        p_label[c] += pi[c] * m[c]
-        p_label[c + 1] += (1.0 - pi[c]) * m[c]
-        q_label[c] += pi[c] * n[c]
-        q_label[c + 1] += (1.0 - pi[c]) * n[c]
-        p_error[c] += pi[c] * error_m[c]
-        p_error[c + 1] += (1.0 - pi[c]) * error_m[c]
-        q_error[c] += pi[c] * error_n[c]
-        q_error[c + 1] += (1.0 - pi[c]) * error_n[c]
-    p_label[size - 1] += top_m
-    q_label[size - 1] += top_n
-    p_error[size - 1] += top_error_m
-    q_error[size - 1] += top_error_n
+    p_label, q_label = _routed(m, pi, top_m), _routed(n, pi, top_n)
+    p_error, q_error = _routed(error_m, pi, top_error_m), _routed(error_n, pi, top_error_n)
     eps = 2.220446049250313e-16
     kept = np.zeros(size)
     lowest = np.zeros(size)
@@ -810,23 +808,8 @@ def _mixture_label_losses(a, b, error_a, error_b, pi, top_a, top_b, top_error_a,
     (dropped where A - E_A is not positive when that end is needed), less the rounding of
     q rho - q and of log1p; the label keeps P-mass P_k less its error."""
     size = grid.size
-    a_label = np.zeros(size)
-    b_label = np.zeros(size)
-    a_error = np.zeros(size)
-    b_error = np.zeros(size)
-    for c in range(size - 1):
-        a_label[c] += pi[c] * a[c]
-        a_label[c + 1] += (1.0 - pi[c]) * a[c]
-        b_label[c] += pi[c] * b[c]
-        b_label[c + 1] += (1.0 - pi[c]) * b[c]
-        a_error[c] += pi[c] * error_a[c]
-        a_error[c + 1] += (1.0 - pi[c]) * error_a[c]
-        b_error[c] += pi[c] * error_b[c]
-        b_error[c + 1] += (1.0 - pi[c]) * error_b[c]
-    a_label[size - 1] += top_a
-    b_label[size - 1] += top_b
-    a_error[size - 1] += top_error_a
-    b_error[size - 1] += top_error_b
+    a_label, b_label = _routed(a, pi, top_a), _routed(b, pi, top_b)
+    a_error, b_error = _routed(error_a, pi, top_error_a), _routed(error_b, pi, top_error_b)
     eps = 2.220446049250313e-16
     kept = np.zeros(size)
     lowest = np.zeros(size)
