@@ -366,15 +366,17 @@ def _add_cover(masses: np.ndarray, errors: np.ndarray, grid: np.ndarray, index: 
     grid points, so the bound holds between them too.  Each point's cover sits on the
     next point, where its error is (a cover further up would reach queries far above
     the law's errors: one step of sigma = 1, q = 1e-6 has errors of 1e-21, and at
-    T = 1e5 a cover 1/16 nat up added 1.6e-15 to delta = 1e-15).  Points at or above
-    ``ceiling`` (the law's largest loss or the grid's top) put theirs at +inf, so no
-    cover mass lies above the largest loss (a pure-DP law keeps its eps at tiny delta).
-    Returns the mass at +inf."""
-    return _cover(masses, errors, grid, np.ascontiguousarray(index, dtype=np.int64), ceiling - 64.0 * rounding.U * max(1.0, abs(ceiling)))
+    T = 1e5 a cover 1/16 nat up added 1.6e-15 to delta = 1e-15).  Points above
+    ``ceiling`` (the law's largest loss, up to rounding) put theirs at +inf: the law has
+    no mass there, so their errors are only the floor; a point on the largest atom (which
+    may come out just below it) covers its error one point up (at +inf, its 7e-15 a step
+    made Laplace b = 1, q = 1, T = 1e5 uncertifiable at delta = 1e-10).  Returns the mass
+    at +inf."""
+    return _cover(masses, errors, grid, np.ascontiguousarray(index, dtype=np.int64), ceiling + 64.0 * rounding.U * max(1.0, abs(ceiling)))
 
 
 @numba.njit(cache=True)
-def _cover(masses, errors, grid, index, below_ceiling):  # pragma: no cover - jitted
+def _cover(masses, errors, grid, index, ceiling):  # pragma: no cover - jitted
     """:func:`_add_cover` in one backward pass."""
     size = grid.size
     envelope = 0.0
@@ -389,7 +391,7 @@ def _cover(masses, errors, grid, index, below_ceiling):  # pragma: no cover - ji
             continue
         if math.isinf(step):
             return math.inf
-        if i < size - 1 and grid[i] < below_ceiling:
+        if i < size - 1 and grid[i] <= ceiling:
             masses[index[i + 1]] += step / -math.expm1(grid[i] - grid[i + 1])
         else:
             infinite += step
