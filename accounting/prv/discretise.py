@@ -763,6 +763,17 @@ def _routed(cells, pi, top):  # pragma: no cover - jitted
 
 
 @numba.njit(cache=True)
+def _routed_all(first, second, first_error, second_error, pi, top_first, top_second, top_first_error, top_second_error):  # pragma: no cover - jitted
+    """:func:`_routed` of two measures' cell masses and of their errors."""
+    return (
+        _routed(first, pi, top_first),
+        _routed(second, pi, top_second),
+        _routed(first_error, pi, top_first_error),
+        _routed(second_error, pi, top_second_error),
+    )
+
+
+@numba.njit(cache=True)
 def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):  # pragma: no cover - jitted
     """(the P-mass each label keeps, a lower bound on its loss, the largest rounding
     margin) for the labels of the routing.
@@ -777,8 +788,7 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
     so a margin of 8 ulps of their sum is taken off.  The label keeps P-mass P_k - E_P; a
     label where that is not positive is dropped (mass 0)."""
     size = grid.size
-    p_label, q_label = _routed(m, pi, top_m), _routed(n, pi, top_n)
-    p_error, q_error = _routed(error_m, pi, top_error_m), _routed(error_n, pi, top_error_n)
+    p_label, q_label, p_error, q_error = _routed_all(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n)
     eps = 2.220446049250313e-16
     kept = np.zeros(size)
     lowest = np.zeros(size)
@@ -810,8 +820,7 @@ def _mixture_label_losses(a, b, error_a, error_b, pi, top_a, top_b, top_error_a,
     (dropped where A - E_A is not positive when that end is needed), less the rounding of
     q rho - q and of log1p; the label keeps P-mass P_k less its error."""
     size = grid.size
-    a_label, b_label = _routed(a, pi, top_a), _routed(b, pi, top_b)
-    a_error, b_error = _routed(error_a, pi, top_error_a), _routed(error_b, pi, top_error_b)
+    a_label, b_label, a_error, b_error = _routed_all(a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b)
     eps = 2.220446049250313e-16
     kept = np.zeros(size)
     lowest = np.zeros(size)
