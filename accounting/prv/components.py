@@ -236,7 +236,9 @@ def _chunks(
         cut = truncation(loss, tail / (10.0 * largest))
         split = split_point(loss, largest, step, _bulk_quantiles(loss)[:2], cut.low, cut.high)
         if split is not None:
-            chunks = two_scale_chunks(loss, list(sizes), step, fine, cut.low, cut.high, *split, tail, theta=theta)
+            chunks = two_scale_chunks(
+                loss, list(sizes), step, fine, cut.low, cut.high, *split, tail, theta=theta, resolution=fine_scale
+            )
             for size, measure in chunks.items():
                 out[size]["lower"] = measure
             kinds = tuple(kind for kind in kinds if kind != "lower")
@@ -342,7 +344,9 @@ def discretise_all(
         base, extra = divmod(component.count, pieces)
         plan = [(size, times) for size, times in ((base + 1, extra), (base, pieces - extra)) if times > 0]
         inner_tail = tail / (100.0 * (pieces + 1))
-        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale, chunk_theta)
+        built = _chunks(
+            component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale, chunk_theta
+        )
         for size, times in plan:
             for kind in kinds:
                 out[kind].append((built[size][kind], times))

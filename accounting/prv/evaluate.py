@@ -29,6 +29,7 @@ from dpforge.accounting.prv.components import (
 )
 from dpforge.accounting.prv.compose import ComposedProfile, compose
 from dpforge.accounting.prv.tilt import compose_tilted, saddle_tilt
+from dpforge.accounting.prv.two_scale import _FINE_POINTS, _FIRST_FINE_POINTS
 from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
 from dpforge.mechanisms.pairs import Direction
@@ -296,12 +297,19 @@ def _direct_grid(components: Sequence[Component], step: float, tail: float) -> f
 
 #: the staged lower chain's grid step, in robust one-step widths of the narrowest component
 _STAGED_BULKS = 0.75
+#: ... and no finer than the composed spread over this many points.  A law whose bulk is
+#: far narrower than any grid the composition can hold (sigma = 0.3, q = 1e-6: robust
+#: width 2.8e-7 nats) took the finest step a direct grid holds (2^20 points), about 20x
+#: finer than the error model's step, and paid for it in every chunk's tail grid: at
+#: T = 1e3, delta = 1e-5, 8x coarser (2^17) gave a narrower bracket (1.0e-4 against
+#: 1.5e-4) in a fifth of the time
+_STAGED_POINTS = _DIRECT_LIMIT // 8
 
 
 def _staged_step(components: Sequence[Component], step: float, tail: float) -> float:
     """The grid step of a staged lower chain: ``_STAGED_BULKS`` bulk widths, unless the
     old choice (the larger of ``step`` and 1.5 bulk widths) is finer, and never below
-    what one direct grid holds.
+    the composed spread over ``_STAGED_POINTS``.
 
     A chunk of c steps spans about 50 grid steps of its own law (c ~ (50 h / bulk)^2), so
     a coarse step makes few, long chunks, each composed untilted: at delta = 1e-12
@@ -313,7 +321,7 @@ def _staged_step(components: Sequence[Component], step: float, tail: float) -> f
     its time (benchmarks/results/scale_ab.json)."""
     bulk = _narrowest_bulk(components)
     old = max(step, 1.5 * bulk)
-    return min(old, max(_STAGED_BULKS * bulk, _direct_grid(components, 1.0, tail) / _DIRECT_LIMIT))
+    return min(old, max(_STAGED_BULKS * bulk, _direct_grid(components, 1.0, tail) / _STAGED_POINTS))
 
 
 def _evaluate_chains(
@@ -410,6 +418,11 @@ _RESOLVED_CELLS = 4.0
 #: the staged chunks' second build: chunks this many times _RESOLUTION steps wide
 #: (.components.discretise_all's length_scale; 16x longer)
 _LONGER_CHUNKS = 4.0
+#: ... untilted, on bulk grids this many times finer (.two_scale: the first build's bulks
+#: hold at most _FIRST_FINE_POINTS, the second's _FINE_POINTS); tilted, the tilt is what
+#: the chunks lacked and their grids stay as they were (sigma = 0.3, q = 1e-6, T = 1e5 at
+#: delta = 1e-15: 1.96 s against 4.9 s at the finer grids, both 4e-5 wide or less)
+_UNTILTED_SECOND_SCALE = _FINE_POINTS / _FIRST_FINE_POINTS
 
 
 def tail_in_epsilon(evaluation: Evaluation, delta: float) -> float:
@@ -507,6 +520,38 @@ def refine(
         tilt_at, floor, _ = tilt(low, high)
         return {"tilt_at": tilt_at, "floor": floor, "tilt_budget": budget}
 
+    def upper_only(evaluation: Evaluation, upper_step: float, options: Mapping) -> Evaluation:
+        """``evaluation`` with its upper profiles from the single grid at ``upper_step``
+        (``options``: the exponents and tilting arguments of :func:`evaluate`)."""
+        finer = evaluate(components, upper_step, tail, kinds=("upper",), **options)
+        by_direction = dict(zip(finer.directions, finer.upper))
+        return Evaluation(
+            evaluation.step, tuple(by_direction[d] for d in evaluation.directions), evaluation.lower, evaluation.directions
+        )
+
+    def upper_error_estimate(evaluation: Evaluation, upper_step: float, options: Mapping) -> float:
+        """How far the upper end of ``evaluation`` (single grid at ``upper_step``, made
+        with ``options``) lies above what that chain converges to, estimated from the same
+        composition (same tilt and exponents) at twice the step: the chain's width shrinks like h^2 (:func:`initial_step`), so
+        (U(2h) - U(h)) / 3 (Richardson), the largest over the directions that can set the
+        maximum (upper end above the bracket's lower end: a dominated direction's tilted
+        profile reports the floor, or certifies nothing) and whose coarser end is finite.
+        Only an estimate, for choosing which chain to refine; inf when the coarser grid
+        passes a named limit or no direction qualifies."""
+        try:
+            coarser = upper_only(evaluation, 2.0 * upper_step, options)
+        except LimitError:
+            return math.inf
+        bracket_low = bounds_of(evaluation)[0]
+        estimates = []
+        for index, direction in enumerate(evaluation.directions):
+            lower = evaluation.lower[index : index + 1]
+            fine_end = bounds_of(Evaluation(evaluation.step, (evaluation.upper[index],), lower, (direction,)))[1]
+            coarse_end = bounds_of(Evaluation(evaluation.step, (coarser.upper[index],), lower, (direction,)))[1]
+            if fine_end > bracket_low and math.isfinite(coarse_end):
+                estimates.append(max(coarse_end - fine_end, 0.0) / 3.0)
+        return max(estimates, default=math.inf)
+
     def learn(evaluation: Evaluation, high: float) -> None:
         """Take the saddle exponents from the evaluation just made."""
         nonlocal exponents
@@ -541,6 +586,7 @@ def refine(
     learn(evaluation, high)
     tilted = False
     budget = None
+    upper_options: dict = {"exponents": exponents}  # how the upper chain was last composed
     if tilt is not None and math.isfinite(low):
         tilt_at, floor, level = tilt(low, high)
         if roundoff_in_delta(evaluation, floor) > _ROUNDOFF_SHARE * relative_accuracy * level:
@@ -562,6 +608,7 @@ def refine(
                 exponents=probe_exponents,
                 cache=probe_measures,
             )
+            upper_options = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": budget, "exponents": probe_exponents}
             evaluation = _tighter(probe, evaluation, delta)
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
@@ -608,19 +655,25 @@ def refine(
             # (by the step model on its own history, within 8x and the grid limit: halving
             # took 5 rounds from the probe at sigma = 1, q = 1e-6, T = 1e5, delta = 1e-15)
             upper_grid = max(profile.grid_size for profile in evaluation.upper)
-            if upper_open and upper_step is not None and 2 * upper_grid <= _UPPER_LIMIT:
+            # (at a tilted evaluation the untilted chunks' round-off often sets the width:
+            # refining the upper chain first cost sigma = 0.3, q = 1e-6, T = 1e5 at
+            # delta = 1e-15 a 6M-point grid that moved it 17.29491 -> 17.2949, 1.9 s of
+            # 5.4; so while the chunks' second round is still to come, the upper chain goes
+            # first only when its own error, estimated from the composition at twice its
+            # step, is at least half the width)
+            upper_first = True
+            if tilted and not chunks_revised and upper_open and upper_step is not None:
+                upper_first = upper_error_estimate(evaluation, upper_step, upper_options) >= 0.5 * width
+            if upper_open and upper_first and upper_step is not None and 2 * upper_grid <= _UPPER_LIMIT:
                 factor = min(max(_step_factor(relative_accuracy * high, width, upper_step, upper_history), 0.125), 0.5)
                 upper_history.append((upper_step, width))
                 upper_step *= max(factor, upper_grid / _UPPER_LIMIT)
+                upper_options = {"exponents": exponents, **tilt_options()}
                 try:
-                    finer = evaluate(components, upper_step, tail, kinds=("upper",), exponents=exponents, **tilt_options())
+                    finer = upper_only(evaluation, upper_step, upper_options)
                 except LimitError:
                     upper_open = False
                     continue
-                by_direction = dict(zip(finer.directions, finer.upper))
-                finer = Evaluation(
-                    evaluation.step, tuple(by_direction[d] for d in evaluation.directions), evaluation.lower, evaluation.directions
-                )
                 evaluation = _tighter(evaluation, finer, delta)
                 new_high = bounds_of(evaluation)[1]
                 refinements += 1
@@ -640,7 +693,8 @@ def refine(
             second_round = not chunks_revised
             if second_round:
                 chunks_revised = True
-                chunks = dataclasses.replace(chunks, tilt=tilted, length_scale=_LONGER_CHUNKS)
+                scale = chunks.fine_scale * (1.0 if tilted else _UNTILTED_SECOND_SCALE)
+                chunks = dataclasses.replace(chunks, tilt=tilted, length_scale=_LONGER_CHUNKS, fine_scale=scale)
             # ... then the staged chain(s) on finer chunk grids: the chunks' lower measures
             # lose to first order in the chunk grid where a law piles up at an end of its
             # support (.components.discretise_all), so the width is aimed at half the goal

@@ -81,6 +81,13 @@ _CENTRED_RANGE = 600.0
 #: the bulk's rounding, paid once per step, reaches the coarse step (T = 1,000 at
 #: delta = 1e-5 gives the same bracket to 4e-7 with the fine step 10x or 100x coarser)
 _FINE_POINTS = 2**21
+#: ... and a staged chain's first chunks at most this many (their ``resolution`` 1): at
+#: sigma = 0.3, q = 1e-6 (bulks reaching 0.03 nats) 2M-point bulks cost seconds a build
+#: and bought nothing up to T = 1e5 (T = 1e5, delta = 1e-5: lower 3.502404 at 256k
+#: against 3.502512 at 2M, upper 3.502611; T = 1e3: 0.250260 against 0.250249).  The
+#: refinement's untilted second round of chunks (.evaluate.refine) takes
+#: ``_FINE_POINTS``, which long chunks need (T = 1e7: 6.6e-3 wide at 256k, 3.9e-3 at 2M)
+_FIRST_FINE_POINTS = 2**18
 
 
 def split_point(
@@ -140,24 +147,28 @@ def two_scale_chunks(
     side: str,
     tail: float,
     theta: float = 0.0,
+    resolution: float = 1.0,
 ) -> dict[int, GridMeasure]:
     """The optimistic measure of a chunk of each size in ``sizes`` steps of ``loss`` on the
-    grid ``step`` (module docstring): the bulk on the grid ``fine``, the tail beyond
+    grid ``step`` (module docstring): the bulk on the grid ``fine`` (or coarser:
+    at most ``_FIRST_FINE_POINTS`` x ``resolution`` points, and never more than
+    ``_FINE_POINTS``), the tail beyond
     ``split`` on ``side`` on the grid ``step``; the range is ``low`` to ``high``.  Chunks
     of nearby sizes share B~, R~ and one transform for every G_k; K is set by the largest
     (the Binomial tail grows with the size).  With ``theta`` > 0 the sum over k is also
     formed tilted by e^{theta x} (:func:`_sum_of_products`)."""
     build = _upper_split if side == "upper" else _lower_split
-    # the bulk's own grid within _FINE_POINTS
-    fine = max(fine, (split - low if side == "upper" else high - split) / _FINE_POINTS)
+    # the bulk's own grid within fine_points
+    fine_points = min(_FIRST_FINE_POINTS * resolution, _FINE_POINTS)
+    fine = max(fine, (split - low if side == "upper" else high - split) / fine_points)
     bulk, rest, rho = build(loss, step, fine, low, high, split)
     terms = min(_drop_count(max(sizes), rho, tail), min(sizes))
     counts = sorted({size - k for size in sizes for k in range(terms + 1)})
     inner_tail = tail / (10.0 * len(counts))
     # ... and the window of its powers, whose span in nats hardly depends on the fine step
     span = powers_window(bulk, counts, inner_tail)
-    if span / fine > _FINE_POINTS:
-        fine = span / _FINE_POINTS
+    if span / fine > fine_points:
+        fine = span / fine_points
         bulk, rest, rho = build(loss, step, fine, low, high, split)
     # G_n = B~^{*n} on the fine grid, then onto the coarse grid at one phase (the largest
     # count's), so that every term of every chunk lies on one lattice

@@ -157,3 +157,42 @@ def test_a_stalled_round_stops_at_the_bulk_resolution():
     assert result.accuracy["reached"]
     assert result.accuracy["grid_step"] >= 0.9 * evaluate_module._narrowest_bulk(components) / 4
     assert result.accuracy["grid_size"] < 80_000
+
+
+def _pld_gaussian_pessimistic(sigma: float, rate: float, steps: int, target: float, interval: float) -> float:
+    from dp_accounting.pld import privacy_loss_distribution as pldm
+
+    pld = pldm.from_gaussian_mechanism(sigma, sampling_prob=rate, value_discretization_interval=interval)
+    return pld.self_compose(steps).get_epsilon_for_delta(target)
+
+
+@pytest.mark.slow
+def test_log_normal_bulk_is_staged_on_grids_the_width_needs(dpa, monkeypatch):
+    """sigma = 0.3, q = 1e-6, T = 1e3: one step's bulk is 2.8e-7 nats wide, so the staged
+    lower chain took the finest step one direct grid holds (2^20 points) and 2M-point bulk
+    grids in every chunk, and at delta = 1e-10 the tilted upper chain was refined first,
+    onto 8.7M points that moved it 1e-5, while the untilted chunks set the width: 5.4 and
+    12 s against PLD's 1.8 s.  The staged step now comes from _STAGED_POINTS points
+    and the upper chain is refined first only when its estimated error is half the width.
+    dp-accounting's pessimistic PLD is an upper estimate our lower bound stays below."""
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 1000)])
+    grids: list[tuple[tuple[str, ...], int]] = []
+    original = evaluate_module.evaluate
+
+    def recording(*args, **kwargs):
+        out = original(*args, **kwargs)
+        grids.append((tuple(kwargs.get("kinds", ("upper", "lower"))), out.grid_size))
+        return out
+
+    monkeypatch.setattr(evaluate_module, "evaluate", recording)
+    for target in (1e-5, 1e-10):
+        grids.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", DpforgeAccuracyWarning)
+            result = epsilon(description, target)
+        assert result.accuracy["reached"]
+        assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+        assert result.lower <= _pld_gaussian_pessimistic(0.3, 1e-6, 1000, target, 1e-4)
+        assert result.upper <= epsilon(description, target, engine="rdp").upper
+        assert max(size for kinds, size in grids if kinds == ("lower",)) <= 4 * evaluate_module._STAGED_POINTS
+        assert max(size for kinds, size in grids if kinds == ("upper",)) <= 2**21

@@ -99,10 +99,13 @@ def test_compose_powers_equals_one_compose_per_count():
         assert together.above + together.below <= 10 * (alone.above + alone.below) + 1e-300
 
 
-def test_chunks_of_two_neighbouring_sizes_share_one_two_scale_computation():
+def test_chunks_of_two_neighbouring_sizes_share_one_two_scale_computation(monkeypatch):
     """discretise_all splits a staged count into chunks of two neighbouring sizes (no
     remainder chunk); their lower measures from one shared computation equal those of
-    separate computations at the same split and phase, up to the shared truncation."""
+    separate computations at the same split and phase, up to the shared truncation
+    (with the bulk's grid uncapped, so that both take the same fine step: capped, the
+    step follows the window of the largest count's powers)."""
+    monkeypatch.setattr(two_scale, "_FIRST_FINE_POINTS", two_scale._FINE_POINTS)
     component = flatten(Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 100_000)]))[0]
     step, tail = 1.76e-4, 1e-16
     shared = comps._chunks(component, "remove", [5001, 5000], step, tail, ("lower",))
@@ -312,3 +315,31 @@ def test_lifting_exponent_keeps_the_tilted_peak_at_the_bulk():
     assert excess(kept * 1.01) > 0 or kept >= high / 1.01  # the largest, within the bisection
     small = 0.5 * kept
     assert two_scale._lifting_exponent(coarse, rest, chunk, terms, small) == small
+
+
+def test_first_chunks_take_a_coarse_bulk_grid_and_a_finer_one_on_request(monkeypatch):
+    """A log-normal bulk (sigma = 0.3, q = 1e-6) reaches 0.03 nats while its robust width
+    is 2.8e-7: the first chunks hold at most _FIRST_FINE_POINTS bulk points, a chunk
+    asked for ``fine_scale`` 8 (the refinement's untilted second round) up to
+    _FINE_POINTS.  Both lower chunks stay below the upper chunk, and the coarse one is
+    within 1e-4 of the fine one where delta is not tiny."""
+    component = flatten(Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 1000)]))[0]
+    step, tail, size = 1.17e-4, 1e-18, 1000
+    sizes = []
+    original = two_scale.compose_powers
+
+    def recording(measure, counts, inner_tail):
+        sizes.append(measure.masses.size)
+        return original(measure, counts, inner_tail)
+
+    monkeypatch.setattr(two_scale, "compose_powers", recording)
+    coarse = comps._chunks(component, "remove", [size], step, tail, ("lower", "upper"))[size]
+    first = list(sizes)
+    fine = comps._chunks(component, "remove", [size], step, tail, ("lower",), fine_scale=8.0)[size]["lower"]
+    finer = sizes[len(first) :]
+    assert first and max(first) <= two_scale._FIRST_FINE_POINTS + 2
+    assert finer and two_scale._FIRST_FINE_POINTS < max(finer) <= two_scale._FINE_POINTS + 2
+    lower, refined, upper = (_profile(m, DELTA_EPS) for m in (coarse["lower"], fine, coarse["upper"]))
+    assert np.all(lower <= upper) and np.all(refined <= upper)
+    big = refined > 1e-6
+    assert np.all(np.abs(lower[big] - refined[big]) <= 1e-4 * refined[big])
