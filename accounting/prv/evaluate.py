@@ -301,9 +301,11 @@ _STAGED_BULKS = 0.75
 #: far narrower than any grid the composition can hold (sigma = 0.3, q = 1e-6: robust
 #: width 2.8e-7 nats) took the finest step a direct grid holds (2^20 points), about 20x
 #: finer than the error model's step, and paid for it in every chunk's tail grid: at
-#: T = 1e3, delta = 1e-5, 8x coarser (2^17) gave a narrower bracket (1.0e-4 against
-#: 1.5e-4) in a fifth of the time
-_STAGED_POINTS = _DIRECT_LIMIT // 8
+#: T = 1e3, delta = 1e-5, [0.250249, 0.250286] in 5.4 s; at 2^18 points [0.250255,
+#: 0.250286] in 0.9 s (with the bulk grids of .two_scale._FIRST_FINE_POINTS).  2^17 was
+#: faster there (0.6 s) but overrode S1's 0.75 bulk widths (q = 1e-4, sigma = 0.6,
+#: T = 1e6: chunks of 3,650 steps against 1,405, 0.31 s against 0.25 s)
+_STAGED_POINTS = _DIRECT_LIMIT // 4
 
 
 def _staged_step(components: Sequence[Component], step: float, tail: float) -> float:
