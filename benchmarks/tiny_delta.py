@@ -32,6 +32,8 @@ DELTAS = (1e-5, 1e-8, 1e-10, 1e-12, 1e-13, 1e-15)
 WORKLOADS = {
     "G: Gaussian σ=1.1 q=0.004 T=1e3": (Composed([(PoissonSampled(Gaussian(1.1), 0.004), 1000)]), ("gaussian", 1.1, 0.004, 1000)),
     "L: Laplace b=2 q=0.01 T=1e3": (Composed([(PoissonSampled(Laplace(2.0), 0.01), 1000)]), ("laplace", 2.0, 0.01, 1000)),
+    # rare hits on a log-normal bulk: staged chunks, eps set by single sampled steps
+    "R: Gaussian σ=0.3 q=1e-6 T=1e3": (Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 1000)]), ("gaussian", 0.3, 1e-6, 1000)),
 }
 
 
