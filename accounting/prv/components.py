@@ -344,9 +344,7 @@ def discretise_all(
         base, extra = divmod(component.count, pieces)
         plan = [(size, times) for size, times in ((base + 1, extra), (base, pieces - extra)) if times > 0]
         inner_tail = tail / (100.0 * (pieces + 1))
-        built = _chunks(
-            component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale, chunk_theta
-        )
+        built = _chunks(component, direction, [size for size, _ in plan], step, inner_tail, kinds, fine_scale, chunk_theta)
         for size, times in plan:
             for kind in kinds:
                 out[kind].append((built[size][kind], times))

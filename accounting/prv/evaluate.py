@@ -423,7 +423,8 @@ _LONGER_CHUNKS = 4.0
 #: ... untilted, on bulk grids this many times finer (.two_scale: the first build's bulks
 #: hold at most _FIRST_FINE_POINTS, the second's _FINE_POINTS); tilted, the tilt is what
 #: the chunks lacked and their grids stay as they were (sigma = 0.3, q = 1e-6, T = 1e5 at
-#: delta = 1e-15: 1.96 s against 4.9 s at the finer grids, both 4e-5 wide or less)
+#: delta = 1e-15, with the staged step at 2^17 points: 2.0 s against 4.9 s at the finer
+#: grids, both 4e-5 wide or less)
 _UNTILTED_SECOND_SCALE = _FINE_POINTS / _FIRST_FINE_POINTS
 
 
@@ -484,9 +485,11 @@ def refine(
     When resolving the one-step laws directly would need more than ``_DIRECT_LIMIT``
     grid points, narrow components are composed in chunks on finer grids instead
     (``staged``, :func:`_staged_step`), and no finer final grid is tried (it would only
-    add chunks).  The single-grid upper chain is refined first; once it stops gaining,
-    the two-scale chunks (laws without atoms) are built once more, 16x longer and, at a
-    tilted evaluation, with their sums tilted; then the chunks are composed on finer
+    add chunks).  The single-grid upper chain is refined first (at a tilted evaluation
+    only while its Richardson-estimated error is at least half the width); once it stops
+    gaining, the two-scale chunks (laws without atoms) are built once more, 16x longer
+    and, at a tilted evaluation, with their sums tilted (untilted, on 8x finer bulk
+    grids); then the chunks are composed on finer
     grids (``fine_scale``, up to 16x a round, aimed at half the width under a first-order
     model) until that stops gaining a quarter of the width.  Every direction keeps its
     tightest certified profiles across the evaluations (:func:`_tighter`).  A round that
@@ -534,8 +537,9 @@ def refine(
     def upper_error_estimate(evaluation: Evaluation, upper_step: float, options: Mapping) -> float:
         """How far the upper end of ``evaluation`` (single grid at ``upper_step``, made
         with ``options``) lies above what that chain converges to, estimated from the same
-        composition (same tilt and exponents) at twice the step: the chain's width shrinks like h^2 (:func:`initial_step`), so
-        (U(2h) - U(h)) / 3 (Richardson), the largest over the directions that can set the
+        composition (same tilt and exponents) at twice the step: the chain's width shrinks
+        like h^2 (:func:`initial_step`), so (U(2h) - U(h)) / 3 (Richardson), the largest
+        over the directions that can set the
         maximum (upper end above the bracket's lower end: a dominated direction's tilted
         profile reports the floor, or certifies nothing) and whose coarser end is finite.
         Only an estimate, for choosing which chain to refine; inf when the coarser grid
