@@ -14,6 +14,7 @@ import numpy as np
 from dpforge.accounting.prv.compose import compose
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import LAW_CACHE, GridMeasure, _bulk_quantiles, lower_measure, upper_measure
+from dpforge.accounting.prv.limits import check_held
 from dpforge.accounting.prv.two_scale import split_point, two_scale_chunks
 from dpforge.errors import LimitError
 from dpforge.mechanisms.combinators import Component
@@ -321,7 +322,10 @@ def discretise_all(
     """
     total = sum(c.count for c in components)
     out: dict[str, list[tuple[GridMeasure, int]]] = {k: [] for k in kinds}
+    held = 0
     for component in components:
+        if held:  # the measures so far, each within the budget, also together (.limits)
+            check_held(held, "the one-step measures of this description")
         loss = component.privacy_loss_distribution(direction)
         cut = truncation(loss, tail / (10.0 * total))
         chunk = 1
@@ -337,6 +341,7 @@ def discretise_all(
             built = _direct(loss, step, cut, kinds, component.count, exponent)
             for kind in kinds:
                 out[kind].append((built[kind], component.count))
+                held += built[kind].masses.nbytes
             continue
         # ceil(count / chunk) pieces of two neighbouring sizes (no remainder chunk): they
         # share one two-scale computation
@@ -348,6 +353,8 @@ def discretise_all(
         for size, times in plan:
             for kind in kinds:
                 out[kind].append((built[size][kind], times))
+                held += built[size][kind].masses.nbytes
+    check_held(held, "the one-step measures of this description")
     return out
 
 

@@ -1,4 +1,5 @@
-"""The PRV engine's memory budget: every grid is checked against it before it is allocated.
+"""The PRV engine's memory budget: every grid is checked against it before it is allocated,
+and the one-step measures a composition holds together as they accumulate.
 
 A query that would need more than the budget stops with a one-line
 :class:`~dpforge.errors.LimitError` that names the grid, the memory it would take and the
@@ -46,4 +47,18 @@ def check_grid(points: float, what: str) -> None:
             f"{what} needs {points:.3g} grid points (about {need:.3g} GiB), over the prv engine's memory budget of "
             f"{budget / 2**30:.3g} GiB (option memory_budget, in bytes); raise the budget if the machine has the "
             "memory, or account this description with engine='rdp'"
+        )
+
+
+def check_held(nbytes: float, what: str) -> None:
+    """Raise :class:`LimitError` when arrays held together (``nbytes`` bytes so far, each
+    grid already within the budget) pass the budget: a description of many distinct
+    components holds one measure per component while it is composed (10,000 distinct
+    steps held about 0.9 GB), which no single grid check sees."""
+    budget = _BUDGET.get()
+    if not nbytes <= budget:
+        raise LimitError(
+            f"{what} hold {nbytes / 2**30:.3g} GiB together, over the prv engine's memory budget of "
+            f"{budget / 2**30:.3g} GiB (option memory_budget, in bytes); raise the budget if the machine has the "
+            "memory, merge equal components, or account this description with engine='rdp'"
         )

@@ -79,3 +79,20 @@ def test_a_refinement_over_the_budget_keeps_the_bracket_reached_and_says_so():
     assert not result.accuracy["reached"] and result.accuracy["achieved"] > 1e-3
     fine = epsilon(description, 1e-5)
     assert result.lower <= fine.upper and fine.lower <= result.upper
+
+
+def test_measures_held_together_are_checked_against_the_budget():
+    """Each one-step grid of 300 distinct steps fits a 2 MB budget; the 300 measures a
+    composition holds together do not (10,000 distinct steps held about 0.9 GB that no
+    grid check saw): a named limit, not an unbounded list."""
+    from dpforge.accounting.prv.components import discretise_all
+    from dpforge.mechanisms.combinators import flatten
+
+    components = flatten(Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / 299), 0.01), 1) for i in range(300)]))
+    free = discretise_all(components, "remove", 2e-3, 1e-12, ("upper",))["upper"]
+    held = sum(measure.masses.nbytes for measure, _ in free)
+    largest = max(measure.masses.size for measure, _ in free)
+    budget = 2e6
+    assert largest * limits.BYTES_PER_POINT < budget < held
+    with limits.memory_budget(budget), pytest.raises(LimitError, match="one-step measures .* hold"):
+        discretise_all(components, "remove", 2e-3, 1e-12, ("upper",))

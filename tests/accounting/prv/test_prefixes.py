@@ -43,3 +43,48 @@ def test_prefixes_of_a_plan_under_its_total_variation_are_all_zero():
     rows = epsilon_prefixes(parts, 0.1)
     assert [(row.lower, row.upper) for row in rows] == [(0.0, 0.0)] * 3
     assert all(row.accuracy["total_variation"] <= 0.1 for row in rows)
+
+
+def _parts_on_one_step(count: int, steps: int = 10):
+    from dpforge.accounting.prv.components import discretise_all
+    from dpforge.mechanisms.combinators import flatten
+
+    groups = [flatten(Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / max(count - 1, 1)), 0.01), steps)])) for i in range(count)]
+    return [discretise_all(group, "remove", 2e-3, 1e-12, ("upper",))["upper"] for group in groups]
+
+
+def test_each_prefix_is_the_composition_of_its_parts():
+    """A prefix read off the running product of transforms is the composition of its parts
+    on its own window: the same profile (to the window's own aliasing and round-off terms,
+    which follow its size: 2e-8 here) and +inf mass."""
+    from dpforge.accounting.prv.compose import compose
+    from dpforge.accounting.prv.prefixes import compose_prefixes
+
+    parts = _parts_on_one_step(5)
+    for count, together in enumerate(compose_prefixes(parts, 1e-12), start=1):
+        alone = compose([item for part in parts[:count] for item in part], 1e-12)
+        for eps in (0.0, 0.3, 1.0):
+            assert together.upper_profile().delta(eps) == pytest.approx(alone.upper_profile().delta(eps), rel=1e-6, abs=1e-15)
+        assert together.infinity == pytest.approx(alone.infinity, rel=1e-12, abs=1e-300)
+
+
+def test_prefixes_are_formed_one_at_a_time():
+    """compose_prefixes yields each prefix before forming the next: a list of them held
+    16 bytes a window point a prefix (6.6 GB added for 3,000 phases of 10 steps), so the
+    traced peak over 200 prefixes stays within a few windows."""
+    import tracemalloc
+
+    from dpforge.accounting.prv.prefixes import compose_prefixes
+
+    parts = _parts_on_one_step(200)
+    held = sum(measure.masses.nbytes for part in parts for measure, _ in part)
+    tracemalloc.start()
+    try:
+        window = 0
+        for prefix in compose_prefixes(parts, 1e-12):
+            window = prefix.grid_size
+            del prefix
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak <= held + 20 * 16 * window  # the list version: over 200 * 16 * window
