@@ -194,6 +194,8 @@ def upper_measure(loss: PrivacyLoss, step: float, low: float, high: float, expon
 
 #: ulps by which connect the dots raises each cell's P-mass and lowers its Q-mass
 _CELL_ULPS = 8.0
+#: float64 machine epsilon (2^-52), as the compiled label kernels read it
+_EPS = 2.220446049250313e-16
 
 
 def _suffix(values: np.ndarray) -> np.ndarray:
@@ -764,12 +766,17 @@ def _routed(cells, pi, top):  # pragma: no cover - jitted
 
 @numba.njit(cache=True)
 def _routed_all(first, second, first_error, second_error, pi, top_first, top_second, top_first_error, top_second_error):  # pragma: no cover - jitted
-    """:func:`_routed` of two measures' cell masses and of their errors."""
+    """:func:`_routed` of two measures' cell masses and of their errors, and the two
+    label kernels' outputs (kept P-masses, loss bounds), zero until set: one more label
+    than cells."""
+    size = pi.size + 1
     return (
         _routed(first, pi, top_first),
         _routed(second, pi, top_second),
         _routed(first_error, pi, top_first_error),
         _routed(second_error, pi, top_second_error),
+        np.zeros(size),
+        np.zeros(size),
     )
 
 
@@ -787,13 +794,10 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
     arithmetic (:func:`_place_labels`) rounds by a few ulps of that value and of the step,
     so a margin of 8 ulps of their sum is taken off.  The label keeps P-mass P_k - E_P; a
     label where that is not positive is dropped (mass 0)."""
-    size = grid.size
-    p_label, q_label, p_error, q_error = _routed_all(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n)
-    eps = 2.220446049250313e-16
-    kept = np.zeros(size)
-    lowest = np.zeros(size)
+    p_label, q_label, p_error, q_error, kept, lowest = _routed_all(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n)
+    eps = _EPS
     widest = 0.0
-    for k in range(size):
+    for k in range(grid.size):
         low_p = p_label[k] - p_error[k] - 2.0 * eps * p_label[k]
         if low_p > 0.0:
             high_q = q_label[k] + q_error[k] + 2.0 * eps * q_label[k]
@@ -819,13 +823,10 @@ def _mixture_label_losses(a, b, error_a, error_b, pi, top_a, top_b, top_error_a,
     loss is bounded with the ratio at its end of [(B - E_B)/(A + E_A), (B + E_B)/(A - E_A)]
     (dropped where A - E_A is not positive when that end is needed), less the rounding of
     q rho - q and of log1p; the label keeps P-mass P_k less its error."""
-    size = grid.size
-    a_label, b_label, a_error, b_error = _routed_all(a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b)
-    eps = 2.220446049250313e-16
-    kept = np.zeros(size)
-    lowest = np.zeros(size)
+    a_label, b_label, a_error, b_error, kept, lowest = _routed_all(a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b)
+    eps = _EPS
     widest = 0.0
-    for k in range(size):
+    for k in range(grid.size):
         big_a = a_label[k]
         big_b = b_label[k]
         e_a = a_error[k] + 2.0 * eps * big_a
