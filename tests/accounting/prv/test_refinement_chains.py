@@ -144,6 +144,28 @@ def test_rare_hits_at_tiny_delta_say_when_the_allowance_sets_the_width():
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
 
+@pytest.mark.slow
+def test_rare_hits_go_on_to_the_largest_direct_grid_before_staging():
+    """sigma = 1, q = 1e-6, T = 1e3 at delta = 1e-15 (1e-3 expected sampled steps): the
+    direct lower chain had 0.0013939 on 760k points and the step model's next grid passed
+    the direct limit, so the chain was staged, whose chunks certified only 0.0013796: it
+    stopped 1.18e-3 wide.  A rare-hit law without atoms now goes on to the upper chain's
+    grid limit first (0.0013942, the width met).  Cross-checks: a certified bracket on a
+    fixed grid must overlap it, and RDP's upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 1000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-15)
+    assert result.accuracy["reached"]
+    assert not result.accuracy["grid_step"] > 1e-7  # a direct grid, not the staged step
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, 1e-15, step=2e-7)
+    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
+
+
 def test_a_stalled_round_stops_at_the_bulk_resolution():
     """sigma = 1, q = 1e-3, T = 1e3 at delta = 1e-15: the lower chain stalls on grids
     coarser than a quarter of one step's bulk (1.51391 at h = 9.5e-4, 1.51402 at 4.5e-4)
