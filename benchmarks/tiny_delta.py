@@ -19,6 +19,7 @@ import functools
 import gc
 import importlib.util
 import json
+import math
 import statistics
 import sys
 import time
@@ -63,6 +64,11 @@ def _machine_info() -> dict:
     return module.machine_info()
 
 
+def _shown(value: float | None) -> str:
+    """PLD's epsilon as the tables print it (inf where it found none; null in the JSON)."""
+    return "inf" if value is None or math.isinf(value) else f"{value:.6f}"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
@@ -97,7 +103,8 @@ def main() -> int:
                 "grid": result.accuracy["grid_size"],
                 "dpforge_ms": 1e3 * t_ours,
                 "time_vs_1e-5": t_ours / base,
-                "pld_epsilon": peer_values[delta],
+                # strict JSON has no Infinity: dp-accounting's infinite answer is null here
+                "pld_epsilon": peer_values[delta] if math.isfinite(peer_values[delta]) else None,
                 "pld_ms": 1e3 * t_peer,
                 "dpforge_over_pld": t_ours / t_peer,
             }
@@ -105,20 +112,20 @@ def main() -> int:
             print(
                 f"{name:34s} δ={delta:<6g} [{row['lower']:.6f}, {row['upper']:.6f}] width {row['width']:.1e} "
                 f"grid {row['grid']:>7d} {row['dpforge_ms']:7.1f} ms ({row['time_vs_1e-5']:.2f}x δ=1e-5) "
-                f"PLD ε {row['pld_epsilon']:.6f} dpforge/PLD {row['dpforge_over_pld']:.3f}x"
+                f"PLD ε {_shown(peer_values[delta])} dpforge/PLD {row['dpforge_over_pld']:.3f}x"
             )
     print("\n| workload | δ | dpforge [lower, upper] | width | time / δ=1e-5 | PLD ε (h=1e-4) | dpforge / PLD time |")
     print("|---|---|---|---|---|---|---|")
     for row in rows:
         print(
             f"| {row['workload']} | {row['delta']:g} | [{row['lower']:.6f}, {row['upper']:.6f}] | {row['width']:.1e} | "
-            f"{row['time_vs_1e-5']:.2f}× | {row['pld_epsilon']:.6f} | {row['dpforge_over_pld']:.3f}× |"
+            f"{row['time_vs_1e-5']:.2f}× | {_shown(row['pld_epsilon'])} | {row['dpforge_over_pld']:.3f}× |"
         )
     if args.json_out:
         from dpforge.files import atomic_write_text
 
         atomic_write_text(
-            args.json_out, json.dumps({"machine": _machine_info(), "repeats": args.repeats, "rows": rows}, indent=2) + "\n"
+            args.json_out, json.dumps({"machine": _machine_info(), "repeats": args.repeats, "rows": rows}, indent=2, allow_nan=False) + "\n"
         )
     return 0
 
