@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import mpmath as mp
 import numpy as np
 import pytest
@@ -141,11 +143,31 @@ def test_product_of_powers_matches_numpy_powers():
 
     rng = np.random.default_rng(3)
     spectra = np.exp(1j * 6.0 * rng.random((6, 2000))) * (0.999 + 0.001 * rng.random((6, 2000)))
-    for counts in ([1], [2, 1], [1000], [1, 3, 1000, 17, 250, 64], [0, 5]):
+    for counts in ([1], [2, 1], [1000], [1, 3, 1000, 17, 250, 64], [0, 5], [10] * 6, [10, 3, 10, 3, 1000, 10]):
         rows = spectra[: len(counts)]
         exact = np.prod(rows ** np.array(counts)[:, None], axis=0)
         got = _product_of_powers(rows, np.array(counts, dtype=np.int64))
         assert np.max(np.abs(got - exact) / np.abs(exact)) <= 1e-11
+
+
+@pytest.mark.parametrize("counts", [[10] * 6, [10, 3, 10, 3, 1000, 10], [1, 3, 1000, 17, 250, 64]])
+def test_product_of_powers_stays_within_the_roundoff_allowance(counts):
+    """Rows with equal counts are multiplied before their power is taken; the relative
+    error against a 40-digit mpmath product stays within the sqrt(5) u (sum of counts)
+    that the composition's allowance 4u (T + log2 n) is built on."""
+    from dpforge.accounting.prv.compose import _product_of_powers
+
+    rng = np.random.default_rng(5)
+    rows = np.exp(1j * 6.0 * rng.random((len(counts), 16))) * (0.999 + 0.001 * rng.random((len(counts), 16)))
+    got = _product_of_powers(rows, np.array(counts, dtype=np.int64))
+    u = np.finfo(float).eps / 2
+    with mp.workdps(40):
+        for column in range(rows.shape[1]):
+            exact = mp.mpf(1)
+            for row, count in zip(rows[:, column], counts):
+                exact *= mp.mpc(row.real, row.imag) ** count
+            error = abs(mp.mpc(got[column].real, got[column].imag) - exact) / abs(exact)
+            assert float(error) <= math.sqrt(5) * u * sum(counts)
 
 
 @pytest.mark.parametrize("decay", [0.0, 1e-300, 0.37, 1.0 - 1e-9, 1.0])
