@@ -430,10 +430,12 @@ def _product_of_powers(spectra: np.ndarray, counts: np.ndarray) -> np.ndarray:
     over every row (a plan of phases of 10 steps each: about 5 multiplications a row
     down to 1), and the error, sqrt(5) u per multiplication carried c times through the
     power, is again about sqrt(5) u (sum of counts)."""
+    if counts.size == 1:
+        return _power(spectra[0], int(counts[0]))
     distinct, which = np.unique(counts, return_inverse=True)
-    if distinct.size == 1 and counts.size > 1:
-        spectra, counts = np.prod(spectra, axis=0)[None, :], distinct.astype(np.int64)
-    elif distinct.size < counts.size:
+    if distinct.size == 1:
+        return _power(np.prod(spectra, axis=0), int(distinct[0]))
+    if distinct.size < counts.size:
         spectra = np.stack([np.prod(spectra[which == k], axis=0) for k in range(distinct.size)])
         counts = distinct.astype(np.int64)
     result = np.ones(spectra.shape[1], dtype=complex)
@@ -448,6 +450,21 @@ def _product_of_powers(spectra: np.ndarray, counts: np.ndarray) -> np.ndarray:
         if not active.any():
             return result
         base, remaining = base[active] * base[active], remaining[active]
+
+
+def _power(spectrum: np.ndarray, count: int) -> np.ndarray:
+    """spectrum ** count by the binary powers of :func:`_product_of_powers`, the same
+    multiplications in the same order (so the same numbers), squaring in place rather
+    than through copies of the row (the prefix products take one power a phase)."""
+    result = np.ones(spectrum.shape, dtype=complex)
+    base = spectrum.astype(complex, copy=True)
+    while count > 0:
+        if count & 1:
+            result *= base
+        count >>= 1
+        if count:
+            np.multiply(base, base, out=base)
+    return result
 
 
 def fft_window(

@@ -30,6 +30,7 @@ from dpforge.accounting.prv.compose import (
 )
 from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.engine import epsilon as prv_epsilon
+from dpforge.accounting.prv.evaluate import _GRADED_MIN_HITS, expected_hits, saddle_estimate
 from dpforge.accounting.prv.limits import check_grid, check_held, memory_budget
 from dpforge.accounting.results import EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, ParameterError, warn_caller
@@ -80,9 +81,8 @@ def compose_prefixes(parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: f
             log_survival += count * math.log1p(-measure.infinity_mass)
         composed = sp_fft.irfft(spectrum, size)
         first = int(math.floor((bottom - base) / step))
-        offsets = np.arange(first, first + size)
-        positions = base + offsets * step
-        masses = composed[offsets % size]
+        positions = base + np.arange(first, first + size) * step
+        masses = np.roll(composed, -first)  # composed[(first + j) mod size]: two slices copied, no gather
         above = float(np.exp(np.min(part_cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
         below = float(np.exp(np.min(part_cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
         yield ComposedMeasure(
@@ -133,14 +133,19 @@ def epsilon_prefixes(
             for prefix in prefixes
         ] + [full]
     step, tail = full.accuracy["grid_step"], 1e-4 * delta
+    graded = expected_hits(whole) >= _GRADED_MIN_HITS
     rows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(parts) - 1)
     with memory_budget(memory_budget_bytes):
         for direction in directions_for(whole):
             direction_step = atom_aligned_step(whole, direction, step)
+            # graded cells sized for the whole plan's eps, as the refinement grades them
+            # (only tightness depends on the cells: 1,000 phases 10.7 -> 7.9 s, every row
+            # within 1e-5 of the uniform grid's, the widest 1.10e-3 -> 1.11e-3)
+            exponent = saddle_estimate(whole, direction, tail, full.upper) if graded else None
             for kind in ("upper", "lower"):
                 measures, held = [], 0
                 for group in groups[:-1]:
-                    measures.append(discretise_all(group, direction, direction_step, tail, (kind,))[kind])
+                    measures.append(discretise_all(group, direction, direction_step, tail, (kind,), exponent=exponent)[kind])
                     held += sum(measure.masses.nbytes for measure, _ in measures[-1])
                     check_held(held, "the one-step measures of the plan's phases")
                 composed = compose_prefixes(measures, tail)
