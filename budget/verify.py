@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Sequence
 
 from dpforge.accounting.prv.prefixes import epsilon_prefixes
 from dpforge.accounting.results import SCHEMA_VERSION, accuracy_record, dpforge_version, json_ready
 from dpforge.budget.plan import Plan
+from dpforge.errors import DpforgeAccuracyWarning, warn_caller
 from dpforge.mechanisms.sampling import lower_bound_description, result_labels
 
 @dataclass(frozen=True)
@@ -19,9 +20,13 @@ class PhaseCheck:
     steps: int
     epsilon_upper: float
     epsilon_lower: float
+    #: whether this row's certified bracket is as narrow as the relative accuracy asked
+    #: (rows before the last are read off the whole plan's grid, and can be wider)
+    reached: bool = True
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"phase", "index", "steps", "epsilon_upper", "epsilon_lower"}`` for JSON output."""
+        """``{"phase", "index", "steps", "epsilon_upper", "epsilon_lower", "reached"}`` for
+        JSON output."""
         return json_ready(
             {
                 "phase": self.label,
@@ -29,6 +34,7 @@ class PhaseCheck:
                 "steps": self.steps,
                 "epsilon_upper": self.epsilon_upper,
                 "epsilon_lower": self.epsilon_lower,
+                "reached": self.reached,
             }
         )
 
@@ -98,7 +104,8 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
     one for every shorter prefix, and a shorter prefix's lower bound is also one for every
     longer prefix: each row reports the smallest upper bound of itself and the rows after
     it and the largest lower bound of itself and the rows before it, so the columns never
-    decrease and stay certified.
+    decrease and stay certified.  A row that is still wider than ``relative_accuracy``
+    is marked (:attr:`PhaseCheck.reached` False) and one warning counts such rows.
     """
     checks: list[PhaseCheck] = []
     upper = lower = 0.0
@@ -119,9 +126,13 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
     uppers = [result.upper for result in results]
     for index in range(len(uppers) - 2, -1, -1):
         uppers[index] = min(uppers[index], uppers[index + 1])
+    pair_lower = 0.0  # the certified pairs' own lower bounds: a realised pair's gap is structural
     for index, (phase, result) in enumerate(zip(plan.phases, results)):
         upper, lower = uppers[index], max(lower, lowers[index])
-        checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower))
+        pair_lower = max(pair_lower, result.lower)
+        reached = upper <= 0 or upper - max(pair_lower, lower) <= relative_accuracy * upper
+        checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower, reached))
+    _warn_wide_rows(checks, relative_accuracy)
     within = None if plan.budget_epsilon is None else upper <= plan.budget_epsilon
     labels = result_labels(plan.description())
     return VerifyReport(
@@ -135,6 +146,29 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
         accuracy=_accuracy(relative_accuracy, upper, max(result.lower for result in results), lower),
         relation=labels["neighbouring"].replace("_", "-"),
         sampling=labels["sampling"],
+    )
+
+
+def wide_rows(checks: Sequence[PhaseCheck]) -> tuple[int, PhaseCheck | None]:
+    """(how many rows miss the accuracy asked, the widest of them relative to its upper
+    bound, or None)."""
+    missing = [check for check in checks if not check.reached]
+    widest = max(missing, key=lambda c: (c.epsilon_upper - c.epsilon_lower) / c.epsilon_upper, default=None)
+    return len(missing), widest
+
+
+def _warn_wide_rows(checks: Sequence[PhaseCheck], relative_accuracy: float) -> None:
+    """Say so when cumulative rows are wider than asked (never silently): each row is
+    marked, and one warning counts them."""
+    count, widest = wide_rows(checks)
+    if widest is None:
+        return
+    width = (widest.epsilon_upper - widest.epsilon_lower) / widest.epsilon_upper
+    warn_caller(
+        f"{count} of {len(checks)} cumulative rows are wider than the relative accuracy {relative_accuracy:g} "
+        f"asked (widest {width:.3g}, after {widest.label}); each is certified, the earlier ones read off the "
+        "whole plan's grid, and the last row decides the budget",
+        DpforgeAccuracyWarning,
     )
 
 

@@ -78,6 +78,7 @@ PHASE_FIELDS: dict[str, tuple[type, ...]] = {
     "steps": (int,),
     "epsilon_upper": (*_NUMBER, str),
     "epsilon_lower": (*_NUMBER, _NULL),
+    "reached": (bool,),
 }
 
 

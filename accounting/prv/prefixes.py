@@ -90,6 +90,12 @@ def compose_prefixes(parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: f
         )
 
 
+#: rows of a prefix table that are refined on their own when they come back wider than
+#: asked, if no more than this many do (beyond that they are returned as they are, each
+#: certified, and :func:`dpforge.budget.verify.verify_plan` says how many miss)
+SEPARATE_ROWS = 16
+
+
 def epsilon_prefixes(
     parts: Sequence[Description],
     delta: float,
@@ -103,7 +109,9 @@ def epsilon_prefixes(
     The last result is :func:`~dpforge.accounting.prv.engine.epsilon` of the whole
     sequence; the others are read off one prefix-product composition at its final grid
     step (untilted: at tiny delta their brackets can be wider than the last one's, which
-    ``accuracy["achieved"]`` shows)."""
+    ``accuracy["achieved"]`` shows).  When no more than ``SEPARATE_ROWS`` rows come back
+    wider than ``relative_accuracy``, each of them is also refined on its own and keeps
+    the intersection of the two certified brackets (``accuracy["refined_separately"]``)."""
     delta = require_probability_open("delta", delta)
     if not parts:
         raise ParameterError("parts must hold at least one description")
@@ -154,6 +162,22 @@ def epsilon_prefixes(
                     value = profile.epsilon(delta)
                     low, high = rows[index]
                     rows[index] = (max(low, value), high) if kind == "lower" else (low, max(high, value))
+    # a row wider than asked is refined on its own when there are few such rows: a plan's
+    # short first phases have a small eps, which the whole plan's grid resolves less
+    # finely (the warm-up row of examples/plans/within_budget.toml came back 1.3e-3 wide)
+    separate: dict[int, EpsilonResult] = {}
+    missing = [index for index, (low, high) in enumerate(rows) if high - low > relative_accuracy * high]
+    if len(missing) <= SEPARATE_ROWS:
+        for index in missing:
+            separate[index] = prv_epsilon(
+                whole_description([c for group in groups[: index + 1] for c in group]),
+                delta,
+                relative_accuracy=relative_accuracy,
+                max_refinements=max_refinements,
+                memory_budget=memory_budget_bytes,
+            )
+            low, high = rows[index]  # both brackets are certified: keep their intersection
+            rows[index] = (max(low, separate[index].lower), min(high, separate[index].upper))
     results = []
     for index, (low, high) in enumerate(rows):
         if low > high:  # two certified bounds cannot cross: a defect, reported rather than hidden
@@ -175,6 +199,8 @@ def epsilon_prefixes(
                     "achieved": (high - low) / high if high > 0 else 0.0,
                     "grid_step": step,
                     "prefix_product": True,
+                    # refined on its own as well (its bracket intersected with the table's)
+                    "refined_separately": index in separate,
                 },
             )
         )
