@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
@@ -130,7 +131,7 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3) -> VerifyReport:
     for index, (phase, result) in enumerate(zip(plan.phases, results)):
         upper, lower = uppers[index], max(lower, lowers[index])
         pair_lower = max(pair_lower, result.lower)
-        reached = upper <= 0 or upper - max(pair_lower, lower) <= relative_accuracy * upper
+        reached = upper <= 0 or (math.isfinite(upper) and upper - max(pair_lower, lower) <= relative_accuracy * upper)
         checks.append(PhaseCheck(index, phase.label(index), phase.steps, upper, lower, reached))
     _warn_wide_rows(checks, relative_accuracy)
     within = None if plan.budget_epsilon is None else upper <= plan.budget_epsilon
@@ -153,8 +154,14 @@ def wide_rows(checks: Sequence[PhaseCheck]) -> tuple[int, PhaseCheck | None]:
     """(how many rows miss the accuracy asked, the widest of them relative to its upper
     bound, or None)."""
     missing = [check for check in checks if not check.reached]
-    widest = max(missing, key=lambda c: (c.epsilon_upper - c.epsilon_lower) / c.epsilon_upper, default=None)
-    return len(missing), widest
+    return len(missing), max(missing, key=row_width, default=None)
+
+
+def row_width(check: PhaseCheck) -> float:
+    """A row's certified bracket relative to its upper bound (inf for an infinite upper)."""
+    if not math.isfinite(check.epsilon_upper):
+        return math.inf
+    return (check.epsilon_upper - check.epsilon_lower) / check.epsilon_upper if check.epsilon_upper > 0 else 0.0
 
 
 def _warn_wide_rows(checks: Sequence[PhaseCheck], relative_accuracy: float) -> None:
@@ -163,10 +170,9 @@ def _warn_wide_rows(checks: Sequence[PhaseCheck], relative_accuracy: float) -> N
     count, widest = wide_rows(checks)
     if widest is None:
         return
-    width = (widest.epsilon_upper - widest.epsilon_lower) / widest.epsilon_upper
     warn_caller(
         f"{count} of {len(checks)} cumulative rows are wider than the relative accuracy {relative_accuracy:g} "
-        f"asked (widest {width:.3g}, after {widest.label}); each is certified, the earlier ones read off the "
+        f"asked (widest {row_width(widest):.3g}, after {widest.label}); each is certified, the earlier ones read off the "
         "whole plan's grid, and the last row decides the budget",
         DpforgeAccuracyWarning,
     )

@@ -43,14 +43,13 @@ def _print_report(path: str, report: VerifyReport, accuracy: dict[str, Any]) -> 
     print()
     rows = [(check.label, check.steps, check.epsilon_upper, check.epsilon_lower) for check in report.phases]
     print(table(rows, header=("phase", "steps", "cumulative epsilon (certified upper)", "certified lower")))
-    from dpforge.budget.verify import wide_rows  # imported by verify_plan already
+    from dpforge.budget.verify import row_width, wide_rows  # imported by verify_plan already
 
     count, widest = wide_rows(report.phases)
     if widest is not None:
-        width = (widest.epsilon_upper - widest.epsilon_lower) / widest.epsilon_upper
         print(
             f"note: {count} of {len(report.phases)} rows are wider than the accuracy asked "
-            f"(widest {width:.3g}, after {widest.label}); the last row decides the budget"
+            f"(widest {row_width(widest):.3g}, after {widest.label}); the last row decides the budget"
         )
     print()
     if report.within_budget is None:
