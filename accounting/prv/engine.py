@@ -52,11 +52,14 @@ def _accuracy(
     tilted: bool,
     negligible: float = 0.0,
     warn: bool = True,
+    tail: float | None = None,
 ) -> dict:
     """What the bracket [low, high] achieved and the grid it came from; warns
     (:class:`~dpforge.errors.DpforgeAccuracyWarning`) when it is wider than asked (a delta
     upper bound below ``negligible`` counts as reached); no warning when the caller fixed
-    the grid (``warn`` false): it asked for a grid, not an accuracy."""
+    the grid (``warn`` false): it asked for a grid, not an accuracy.  ``tail``: the
+    truncation tail the last grids were built for (``truncation_tail``; a table of
+    prefixes read at that grid needs the same tail, :mod:`.prefixes`)."""
     achieved = (high - low) / high if high > 0 else 0.0
     if high < negligible:
         achieved_ok = True
@@ -77,6 +80,7 @@ def _accuracy(
         "grid_size": evaluation.grid_size,
         "refinements": refinements,
         "tilted": tilted,
+        **({} if tail is None else {"truncation_tail": tail}),
     }
 
 
@@ -144,7 +148,9 @@ def _epsilon(
         estimate=0.5 * (low + high),
         delta=delta,
         engine=NAME,
-        accuracy=_accuracy(relative_accuracy, low, high, evaluation, refinements, refined.tilted, warn=step is None),
+        accuracy=_accuracy(
+            relative_accuracy, low, high, evaluation, refinements, refined.tilted, warn=step is None, tail=refined.tail
+        ),
     )
 
 

@@ -395,6 +395,9 @@ class Refined:
     low: float
     high: float
     tilted: bool = False
+    #: the truncation tail of the last evaluation (cut from the caller's when the mass it
+    #: leaves outside the windows moved epsilon; see :func:`tail_in_epsilon`)
+    tail: float | None = None
 
 
 #: a tilted evaluation is used once the round-off allowance alone would take more than
@@ -812,7 +815,7 @@ def refine(
             DpforgeAccuracyWarning,
         )
         low = high
-    return Refined(evaluation, refinements, low, high, tilted)
+    return Refined(evaluation, refinements, low, high, tilted, tail)
 
 
 def _step_factor(goal: float, width: float, step: float, history: Sequence[tuple[float, float]]) -> float:
