@@ -4,7 +4,9 @@
     python benchmarks/verify_phases.py [PHASES ...]   (default: 10 100)
 
 Phase i of K is a Gaussian with sigma_i = 0.8 + 0.4 i/(K-1), q = 0.01, 10 steps, at
-delta = 1e-5 (the S2 family of compare_peers.py, scaled).  Works against dpforge 0.1 as
+delta = 1e-5 (the S2 family of compare_peers.py, scaled).  Prints the time, the whole
+plan's bracket, and the widest cumulative row (relative to its upper bound) with the
+number of rows wider than the 1e-3 asked.  Works against dpforge 0.1 as
 well (plans lived in dpforge.accounting.plan there), so two revisions can be compared:
 run it once with each on PYTHONPATH.
 """
@@ -30,7 +32,12 @@ def main() -> int:
         start = time.perf_counter()
         report = verify_plan(plan)
         elapsed = time.perf_counter() - start
-        print(f"{count:5d} phases  {elapsed:8.2f} s  epsilon in [{report.epsilon_lower:.9f}, {report.epsilon_upper:.9f}]")
+        widths = [(row.epsilon_upper - row.epsilon_lower) / row.epsilon_upper for row in report.phases if row.epsilon_upper > 0]
+        wide = sum(width > 1e-3 for width in widths)
+        print(
+            f"{count:5d} phases  {elapsed:8.2f} s  epsilon in [{report.epsilon_lower:.9f}, {report.epsilon_upper:.9f}]"
+            f"  widest row {max(widths):.2e}, {wide} rows wider than 1e-3"
+        )
     return 0
 
 
