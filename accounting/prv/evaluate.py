@@ -623,6 +623,29 @@ def refine(
             tilted_low, tilted_high = bounds_of(evaluation)
             low, high = max(low, tilted_low), min(high, tilted_high)
             learn(evaluation, high)
+            if fixed and math.isfinite(high):
+                # a caller's grid gets no refinement, but its tilt may move to the middle
+                # of the bracket the first tilted evaluation found, as a refinement's next
+                # round does: the untilted probe's bracket can be far wider (sigma = 1,
+                # q = 1e-6, T = 1e3 at delta = 1e-15, step 4e-7: tilted at the middle of
+                # [0.00122, 0.0118], the bracket was 2.3e-2 wide)
+                tilt_at, floor, _ = tilt(low, high)
+                again = _evaluate_chains(
+                    components,
+                    step,
+                    tail,
+                    staged,
+                    upper_step,
+                    settled=settled,
+                    tilt_at=tilt_at,
+                    floor=floor,
+                    tilt_budget=budget,
+                    exponents=probe_exponents,
+                    cache=probe_measures,
+                )
+                evaluation = _tighter(evaluation, again, delta)
+                again_low, again_high = bounds_of(evaluation)
+                low, high = max(low, again_low), min(high, again_high)
     del probe_measures  # not kept past the probe
     refinements = 0
     history: list[tuple[float, float]] = []  # (step, width) of the evaluations refined from

@@ -166,6 +166,20 @@ def test_rare_hits_go_on_to_the_largest_direct_grid_before_staging():
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
 
+def test_a_fixed_grid_is_tilted_at_the_bracket_its_first_tilted_evaluation_found():
+    """epsilon(..., step=h) refines nothing, but its tilt was left at the middle of the
+    untilted probe's bracket: sigma = 1, q = 1e-6, T = 1e3 at delta = 1e-15, h = 4e-7,
+    tilted at the middle of [0.00122, 0.0118], came back 2.3e-2 wide where a refinement
+    at that step had 1.5e-3.  The tilt now moves once to the tilted bracket's middle."""
+    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 1000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, 1e-15, step=4e-7)
+    assert fixed.accuracy["tilted"] and fixed.accuracy["grid_step"] == 4e-7
+    assert fixed.upper - fixed.lower <= 2e-3 * fixed.upper
+    assert fixed.upper <= epsilon(description, 1e-15, engine="rdp").upper
+
+
 def test_a_stalled_round_stops_at_the_bulk_resolution():
     """sigma = 1, q = 1e-3, T = 1e3 at delta = 1e-15: the lower chain stalls on grids
     coarser than a quarter of one step's bulk (1.51391 at h = 9.5e-4, 1.51402 at 4.5e-4)
