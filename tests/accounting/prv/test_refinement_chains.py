@@ -40,6 +40,22 @@ def test_staged_laplace_lower_chain_refines_its_chunk_grids(dpa):
     assert result.lower <= _pld_pessimistic(0.3, 1e-3, 100_000, 1e-5, 1e-4)
 
 
+@pytest.mark.slow
+def test_atoms_far_below_one_nat_keep_a_margin_of_their_own_size(dpa):
+    """b = 10, q = 1e-6: the loss's atoms sit at about +-1e-7 nats.  The optimistic
+    grid was put 256 ulps of max(1, |atom|) = 5.7e-14 nats below the first atom, so every
+    step's atom labels landed 5.7e-14 below their losses, 5.4e-9 over 1e5 steps, against an
+    eps of 5.2e-6: the lower bound stopped at 5.17598e-6 whatever the grid (1.19e-3 wide,
+    flagged).  The margin is now 256 ulps of the atoms themselves.  dp-accounting's
+    pessimistic PLD (h = 2e-9) is an upper estimate our lower bound stays below."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(Composed([(PoissonSampled(Laplace(10.0), 1e-6), 100_000)]), 1e-5)
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    assert result.lower <= _pld_pessimistic(10.0, 1e-6, 100_000, 1e-5, 2e-9)
+
+
 def test_large_delta_small_epsilon_cuts_the_truncation_tail(dpa):
     """At delta = 0.1 and eps = 0.0386 (b = 1, q = 1e-3, T = 1e5) the mass outside the
     windows (1e-4 delta) alone moved eps by 6.5e-4 of itself: the tail is cut once it
