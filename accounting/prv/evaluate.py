@@ -604,33 +604,17 @@ def refine(
             budget = _TILT_BUDGET * relative_accuracy * level
             # a direction the untilted probe already shows dominated keeps its bounds
             settled = evaluation.dominated(delta) if delta is not None and not staged else None
-            probe = evaluation
-            evaluation = _evaluate_chains(
-                components,
-                step,
-                tail,
-                staged,
-                upper_step,
-                settled=settled,
-                tilt_at=tilt_at,
-                floor=floor,
-                tilt_budget=budget,
-                exponents=probe_exponents,
-                cache=probe_measures,
-            )
-            upper_options = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": budget, "exponents": probe_exponents}
-            evaluation = _tighter(probe, evaluation, delta)
-            tilted_low, tilted_high = bounds_of(evaluation)
-            low, high = max(low, tilted_low), min(high, tilted_high)
-            learn(evaluation, high)
-            if fixed and math.isfinite(high):
-                # a caller's grid gets no refinement, but its tilt may move to the middle
-                # of the bracket the first tilted evaluation found, as a refinement's next
-                # round does: the untilted probe's bracket can be far wider (sigma = 1,
-                # q = 1e-6, T = 1e3 at delta = 1e-15, step 4e-7: tilted at the middle of
-                # [0.00122, 0.0118], the bracket was 2.3e-2 wide)
-                tilt_at, floor, _ = tilt(low, high)
-                again = _evaluate_chains(
+            # a caller's fixed grid gets no refinement, but its tilt moves once to the
+            # middle of the bracket the first tilted evaluation found, as a refinement's
+            # next round does: the untilted probe's bracket can be far wider (sigma = 1,
+            # q = 1e-6, T = 1e3 at delta = 1e-15, step 4e-7: tilted at the middle of
+            # [0.00122, 0.0118], the bracket was 2.3e-2 wide)
+            for again in range(2 if fixed else 1):
+                if again:
+                    if not math.isfinite(high):
+                        break
+                    tilt_at, floor, _ = tilt(low, high)
+                tilted_evaluation = _evaluate_chains(
                     components,
                     step,
                     tail,
@@ -643,9 +627,11 @@ def refine(
                     exponents=probe_exponents,
                     cache=probe_measures,
                 )
-                evaluation = _tighter(evaluation, again, delta)
-                again_low, again_high = bounds_of(evaluation)
-                low, high = max(low, again_low), min(high, again_high)
+                upper_options = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": budget, "exponents": probe_exponents}
+                evaluation = _tighter(evaluation, tilted_evaluation, delta)
+                tilted_low, tilted_high = bounds_of(evaluation)
+                low, high = max(low, tilted_low), min(high, tilted_high)
+                learn(evaluation, high)
     del probe_measures  # not kept past the probe
     refinements = 0
     history: list[tuple[float, float]] = []  # (step, width) of the evaluations refined from
