@@ -147,7 +147,7 @@ def epsilon_prefixes(
     # plan's steps) a step (discretise_all divides by the steps it is given): at
     # tail / (10 x the phase's steps), 1,000 phases of 10 steps put 1e-7 at +inf, against
     # 1e-10, and the rows' upper bounds sat up to 5e-4 above (6.68918 for the whole plan
-    # against 6.68562 refined), 144 rows wider than asked.  The cells stay uniform: graded
+    # against 6.68562 refined), 132 rows wider than asked.  The cells stay uniform: graded
     # ones sized for the whole plan's eps were 26 % faster but left the early rows up to
     # 8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4)
     total_steps = sum(component.count for component in whole)
