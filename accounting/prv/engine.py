@@ -260,7 +260,15 @@ def _delta(
         epsilon=epsilon,
         engine=NAME,
         accuracy=_accuracy(
-            relative_accuracy, low, high, evaluation, refinements, refined.tilted, NEGLIGIBLE_DELTA, warn=step is None
+            relative_accuracy,
+            low,
+            high,
+            evaluation,
+            refinements,
+            refined.tilted,
+            NEGLIGIBLE_DELTA,
+            warn=step is None,
+            tail=refined.tail,
         ),
     )
 

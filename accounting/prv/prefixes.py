@@ -203,6 +203,9 @@ def epsilon_prefixes(
                 accuracy={
                     "relative_accuracy": relative_accuracy,
                     "achieved": (high - low) / high if high > 0 else 0.0,
+                    # as the engine's own results say it (a row wider than asked is not
+                    # silent: verify_plan also counts such rows in a warning)
+                    "reached": high <= 0 or (math.isfinite(high) and high - low <= relative_accuracy * high),
                     "grid_step": step,
                     "prefix_product": True,
                     # refined on its own as well (its bracket intersected with the table's)

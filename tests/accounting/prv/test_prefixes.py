@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from dpforge.accounting import epsilon
@@ -105,3 +107,18 @@ def test_each_phase_is_truncated_as_in_the_whole_plan():
     alone = epsilon(parts[0], 1e-5)
     assert first.lower <= alone.upper and alone.lower <= first.upper
     assert all(row.upper - row.lower <= 1e-3 * row.upper for row in rows)
+
+
+def test_rows_say_whether_they_reached_the_accuracy_asked(monkeypatch):
+    """A prefix row carries ``reached`` as the engine's results do: the short warm-up
+    phase of examples/plans/within_budget.toml, read off the whole plan's grid and not
+    refined on its own, is wider than 1e-3 and says so."""
+    from dpforge.accounting.prv import prefixes
+    from dpforge.budget.plan import load_plan
+
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    plan = load_plan(Path(__file__).resolve().parents[3] / "examples" / "plans" / "within_budget.toml")
+    rows = epsilon_prefixes([phase.description() for phase in plan.phases], plan.delta)
+    for row in rows:
+        assert row.accuracy["reached"] == (row.upper - row.lower <= 1e-3 * row.upper)
+    assert not rows[0].accuracy["reached"]
