@@ -652,6 +652,11 @@ def _choose_phase(
     beyond = reach * (q95 - q05) + 2.0 * step
     bulk_low = max(low, tail_low, q05 - beyond)
     bulk_high = min(high, tail_high, q95 + beyond)
+    if not bulk_low < bulk_high:
+        # no bulk within [low, high]: a part of a composed chunk can hold almost no mass
+        # (1e-21 at sigma = 0.17, q = 9e-7, T = 11862, delta = 2e-14), whose quantiles
+        # cross; there is nothing for the offset to fit (the search had no points)
+        return 0.0
     cells = int(np.ceil((bulk_high - bulk_low) / step)) + 2
     candidates = int(max(4, min(candidates, 60_000 // max(cells, 1))))
     sub = step / candidates
@@ -921,7 +926,11 @@ def lower_measure(
     check_grid((high - low) / step + 2, "the optimistic grid of one step's privacy loss")
     if phase is None:
         phase = _choose_phase(loss, step, low, high, search[0], zoom, search[1])
-    k_lo = int(np.floor((low - phase) / step))
+    # one cell below the point at or below ``low``: mass at or below the first point is
+    # dropped, and a law that piles up at the end of its support puts its pile there
+    # (sigma = 0.06, q = 4e-6: 1 - q of the mass within 1e-60 of log(1 - q), which is
+    # ``low`` and, at the phase the search prefers, a grid point: the measure kept q)
+    k_lo = int(np.floor((low - phase) / step)) - 1
     k_hi = max(int(np.ceil((high - phase) / step)), k_lo + 1)
     if exponent is None:
         lattice = np.arange(k_lo, k_hi + 1)

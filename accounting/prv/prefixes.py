@@ -27,6 +27,7 @@ from dpforge.accounting.prv.compose import (
     _place,
     _product_of_powers,
     _roundoff_per_entry,
+    no_finite_window,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.engine import epsilon as prv_epsilon
@@ -63,7 +64,7 @@ def compose_prefixes(parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: f
             top = max(top, float(np.min((cumulant[positive] - log_tail) / lam[positive])))
             bottom = min(bottom, float(np.max((cumulant[~positive] - log_tail) / lam[~positive])))
     if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
-        raise ParameterError("composed privacy loss has no mass on the grid; check the mechanism parameters")
+        raise no_finite_window()
     check_grid((top - bottom) / step + 3, "the FFT window of the prefix compositions")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
     spectrum = np.ones(size // 2 + 1, dtype=complex)

@@ -194,7 +194,10 @@ def _upper_split(
     rounded down to (j_lo - 1) step <= split_f like every label to its point."""
     phase_fine = _choose_phase(loss, fine, low, split, zoom=_ZOOM)
     k_hi = int(math.floor((split - phase_fine) / fine))
-    k_lo = min(int(math.floor((low - phase_fine) / fine)), k_hi - 1)
+    # one cell below the point at or below ``low``: what lies at or below the first point
+    # is dropped, and a law that piles up at the end of its support puts its pile at
+    # ``low`` (.discretise.lower_measure)
+    k_lo = min(int(math.floor((low - phase_fine) / fine)) - 1, k_hi - 1)
     check_grid(k_hi - k_lo + 2, "the bulk grid of a two-scale chunk")
     grid = np.arange(k_lo, k_hi + 1) * fine + phase_fine
     split_f = float(grid[-1])
@@ -224,7 +227,7 @@ def _lower_split(
     grid = np.arange(k_lo, k_hi + 1) * fine + phase_fine
     split_f = float(grid[0])
     bulk = lower_on_grid(loss, grid, k_lo, fine, phase_fine, include_above=True)
-    i_lo = int(math.floor(low / step))
+    i_lo = int(math.floor(low / step)) - 1  # one cell below ``low``, as in _upper_split
     i_hi = int(math.ceil(split_f / step)) - 1  # the last coarse point strictly below split_f
     if i_hi * step >= split_f:
         i_hi -= 1

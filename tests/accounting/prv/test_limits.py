@@ -96,3 +96,55 @@ def test_measures_held_together_are_checked_against_the_budget():
     assert largest * limits.BYTES_PER_POINT < budget < held
     with limits.memory_budget(budget), pytest.raises(LimitError, match="one-step measures .* hold"):
         discretise_all(components, "remove", 2e-3, 1e-12, ("upper",))
+
+
+def _pld_pessimistic_gaussian(sigma, rate, steps, target, interval):
+    from dp_accounting.pld import privacy_loss_distribution as pldm
+
+    pld = pldm.from_gaussian_mechanism(sigma, sampling_prob=rate, value_discretization_interval=interval, use_connect_dots=True)
+    return pld.self_compose(steps).get_epsilon_for_delta(target)
+
+
+def test_the_optimistic_measure_keeps_a_pile_at_the_end_of_the_support():
+    """sigma = 0.06, q = 4.18e-6: 1 - q of the remove direction's mass lies within 1e-60
+    of log(1 - q), the law's lowest loss and, at the phase the search prefers, a grid
+    point; mass at or below the first point is dropped, and the measure kept q of its
+    mass (the composition then refused the call as "no mass on the grid")."""
+    from dpforge.accounting.prv.components import truncation
+    from dpforge.accounting.prv.discretise import lower_measure
+    from dpforge.mechanisms.combinators import flatten
+
+    (component,) = flatten(Composed([(PoissonSampled(Gaussian(0.06182), 4.18e-6), 178)]))
+    loss = component.privacy_loss_distribution("remove")
+    cut = truncation(loss, 1e-17)
+    measure = lower_measure(loss, 0.016398224374892214, cut.low, cut.high)
+    assert measure.masses.sum() >= 1.0 - 1e-9
+
+
+def test_a_low_noise_rare_hit_law_is_bracketed(dpa):
+    """The composition of that law at delta = 1.4e-11 (three sampled steps set eps = 377):
+    it was refused with a ParameterError; now it is bracketed, below dp-accounting's
+    pessimistic (connect-the-dots) estimate and within 1e-3 of it."""
+    result = epsilon(Composed([(PoissonSampled(Gaussian(0.06182), 4.18e-6), 178)]), 1.4e-11)
+    pessimistic = _pld_pessimistic_gaussian(0.06182, 4.18e-6, 178, 1.4e-11, 1e-2)
+    assert result.accuracy["reached"]
+    assert result.lower <= pessimistic <= result.upper * (1 + 1e-3)
+
+
+@pytest.mark.parametrize(
+    "sigma, rate, steps, target",
+    [
+        # staged chunks put a quarter of their mass at +inf (eps of about 1e9)
+        (0.1081, 0.535, 57_328_692, 2.12e-4),
+        # a part of a composed chunk with 1e-21 of mass: the phase search had no points
+        # ("negative dimensions not allowed" from numpy)
+        (0.17177209888588418, 8.971022895444654e-07, 11_862, 2.2291441641113264e-14),
+    ],
+)
+def test_a_composition_without_finite_mass_on_the_grid_is_a_named_limit(sigma, rate, steps, target):
+    """Inputs found by a random sweep of the whole domain (sigma 0.05-1e4, q 1e-9-1, T
+    1-1e8, delta 1e-300-0.9): a numpy error, and a ParameterError blaming valid
+    parameters; both are now the engine's named limit."""
+    with pytest.raises(LimitError, match="engine='rdp'") as caught:
+        epsilon(Composed([(PoissonSampled(Gaussian(sigma), rate), steps)]), target)
+    assert not isinstance(caught.value, ParameterError)
