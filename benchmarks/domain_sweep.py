@@ -123,8 +123,11 @@ def main() -> int:
             print(json.dumps({key: _finite(value) for key, value in row.items()}), flush=True)
     finally:
         pool.terminate()
+    from compare_peers import machine_info  # beside this script: date, versions, git revision
+
     summary = {"seed": args.seed, "cases": args.cases, "timeout_s": args.timeout, "statuses": dict(counts)}
-    print(json.dumps(summary))
+    summary["machine"] = machine_info()
+    print(json.dumps({key: value for key, value in summary.items() if key != "machine"}))
     if args.json_out:
         with open(args.json_out, "w") as handle:
             calls = [{key: _finite(value) for key, value in row.items()} for row in rows]

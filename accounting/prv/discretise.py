@@ -923,7 +923,7 @@ def lower_measure(
     with ``exponent`` its cells are those of :func:`graded_lattice` (the routing holds for
     any cell edges: each label's loss is at least its own edge).
     """
-    check_grid((high - low) / step + 2, "the optimistic grid of one step's privacy loss")
+    check_grid((high - low) / step + 3, "the optimistic grid of one step's privacy loss")  # + the cell below low
     if phase is None:
         phase = _choose_phase(loss, step, low, high, search[0], zoom, search[1])
     # one cell below the point at or below ``low``: mass at or below the first point is
