@@ -89,16 +89,18 @@ def _functions(loss: PrivacyLoss, points: np.ndarray) -> tuple[tuple[np.ndarray,
     return values, rounding.function_errors(loss, points, values)
 
 
-def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(Pr_P(L in cell), Pr_Q(L in cell), and bounds on their errors) for the cells
-    (edges[i], edges[i+1]]: a finite discrete law sums its atoms cell by cell, a
-    mechanism's law differences its distribution functions."""
+def _cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(Pr_P(L in cell), Pr_Q(L in cell), bounds on their errors, and the parts of those
+    bounds shared by neighbouring cells) for the cells (edges[i], edges[i+1]]: a finite
+    discrete law sums its atoms cell by cell (nothing shared), a mechanism's law
+    differences its distribution functions (:func:`_differences_with_errors`)."""
     if hasattr(loss, "cell_masses"):
-        return loss.cell_masses(edges)
+        m, n, error_m, error_n = loss.cell_masses(edges)
+        return m, n, error_m, error_n, np.zeros(m.size + 1), np.zeros(m.size + 1)
     (cdf_p, sf_p, cdf_q, sf_q), (e_cdf_p, e_sf_p, e_cdf_q, e_sf_q) = _functions(loss, edges)
-    m, error_m = _differences_with_errors(cdf_p, sf_p, e_cdf_p, e_sf_p)
-    n, error_n = _differences_with_errors(cdf_q, sf_q, e_cdf_q, e_sf_q)
-    return m, n, error_m, error_n
+    m, error_m, shared_m = _differences_with_errors(cdf_p, sf_p, e_cdf_p, e_sf_p)
+    n, error_n, shared_n = _differences_with_errors(cdf_q, sf_q, e_cdf_q, e_sf_q)
+    return m, n, error_m, error_n, shared_m, shared_n
 
 
 def _end_masses(loss: PrivacyLoss, low: float, high: float) -> tuple[float, float, float, float, float, float]:
@@ -112,33 +114,60 @@ def _end_masses(loss: PrivacyLoss, low: float, high: float) -> tuple[float, floa
 
 
 def _base_cell_masses(loss: PrivacyLoss, edges: np.ndarray) -> tuple[np.ndarray, ...]:
-    """(C-mass, S-mass of each cell (edges[i], edges[i+1]], their error bounds, and
+    """(C-mass, S-mass of each cell (edges[i], edges[i+1]], their error bounds, the parts
+    of those shared by neighbouring cells (:func:`_differences_with_errors`), and
     Pr_C(L > top), Pr_S(L > top) with theirs) of a subsampled law, C = Q0 and S = P0
     (:meth:`PrivacyLoss.base_distribution_functions`)."""
     (c_le, c_gt, s_le, s_gt), (e_c_le, e_c_gt, e_s_le, e_s_gt) = rounding.base_functions_and_errors(loss, edges)
-    a, error_a = _differences_with_errors(c_le, c_gt, e_c_le, e_c_gt)
-    b, error_b = _differences_with_errors(s_le, s_gt, e_s_le, e_s_gt)
-    return a, b, error_a, error_b, float(c_gt[-1]), float(s_gt[-1]), float(e_c_gt[-1]), float(e_s_gt[-1])
+    a, error_a, shared_a = _differences_with_errors(c_le, c_gt, e_c_le, e_c_gt)
+    b, error_b, shared_b = _differences_with_errors(s_le, s_gt, e_s_le, e_s_gt)
+    return a, b, error_a, error_b, shared_a, shared_b, float(c_gt[-1]), float(s_gt[-1]), float(e_c_gt[-1]), float(e_s_gt[-1])
 
 
 @numba.njit(cache=True)
 def _differences_with_errors(le, gt, error_le, error_gt):  # pragma: no cover - jitted
-    """:func:`_differences` and bounds on their errors, in one pass: the two differenced
-    values' modelled errors plus the subtraction's rounding."""
+    """:func:`_differences`, bounds on their errors, and the part of those bounds shared by
+    neighbouring cells, in one pass.
+
+    A cell's bound is the two differenced values' modelled errors, the subtraction's
+    rounding, and what clamping a negative difference to 0 added.  Where cells c - 1 and
+    c difference the same function, their common edge's value enters the first with
+    sign +1 and the second with sign -1, so its error E cancels from any mix
+    x m_c-1 + y m_c except for |x - y| E: ``shared[c]`` is that E (0 at the ends and
+    where the function changes), and the routing's labels take it off
+    (:func:`_routed_errors`).  It matters where an edge falls on a pile of mass, where the
+    distribution functions are ill-conditioned: a subsampled law piles 1 - q of its mass
+    at log(1 - q), and at sigma = 0.172, q = 9e-7 the phase search put an edge there
+    with 1.2e-3 of modelled error, which the label holding both of its cells lost (0.25 %
+    of the law's mass per step, all of it after 11,862 steps).  So the cell where the
+    CDF passes 1/2 (the pile's, in that case) is also differenced with the CDF when that
+    leaves the less error unshared (the absolute error model holds above 1/2 too)."""
     cells = le.size - 1
     masses = np.empty(cells)
     errors = np.empty(cells)
+    shared = np.zeros(cells + 1)
     u = 1.1102230246251565e-16
+    lower = np.empty(cells, dtype=np.bool_)
     for c in range(cells):
-        if le[c + 1] <= 0.5:
+        lower[c] = le[c + 1] <= 0.5
+        if c > 0 and lower[c - 1] and not lower[c]:
+            # the switch to the survival function is at edge c, or at c + 1 if less is lost
+            if error_le[c] + error_gt[c] > error_le[c + 1] + error_gt[c + 1]:
+                lower[c] = True
+    for c in range(cells):
+        if lower[c]:
             difference = le[c + 1] - le[c]
             error = error_le[c + 1] + error_le[c]
+            edge = error_le[c]
         else:
             difference = gt[c] - gt[c + 1]
             error = error_gt[c] + error_gt[c + 1]
+            edge = error_gt[c]
+        if c > 0 and lower[c] == lower[c - 1]:
+            shared[c] = edge
         masses[c] = max(difference, 0.0)
-        errors[c] = error + 2.0 * u * abs(difference)
-    return masses, errors
+        errors[c] = error + 2.0 * u * abs(difference) + max(-difference, 0.0)
+    return masses, errors, shared
 
 
 def _atoms_within(loss: PrivacyLoss, low: float, high: float) -> list[float]:
@@ -775,23 +804,42 @@ def _routed(cells, pi, top):  # pragma: no cover - jitted
 
 
 @numba.njit(cache=True)
-def _routed_all(first, second, first_error, second_error, pi, top_first, top_second, top_first_error, top_second_error):  # pragma: no cover - jitted
-    """:func:`_routed` of two measures' cell masses and of their errors, and the two
-    label kernels' outputs (kept P-masses, loss bounds), zero until set: one more label
-    than cells."""
+def _routed_errors(errors, shared, pi, top):  # pragma: no cover - jitted
+    """:func:`_routed` of the cells' error bounds, less what cancels: label k holds
+    1 - pi_k-1 of cell k - 1 and pi_k of cell k, so their shared edge's error E_k
+    (:func:`_differences_with_errors`) enters it |1 - pi_k-1 - pi_k| times, not
+    1 - pi_k-1 + pi_k times: 2 min(1 - pi_k-1, pi_k) E_k is taken off (with the rounding
+    of that subtraction, 4 ulps of the terms, added back)."""
+    out = _routed(errors, pi, top)
+    u = 1.1102230246251565e-16
+    for k in range(1, pi.size):
+        if shared[k] > 0.0:
+            gross = (1.0 - pi[k - 1]) * errors[k - 1] + pi[k] * errors[k]
+            cancelled = 2.0 * min(1.0 - pi[k - 1], pi[k]) * shared[k]
+            out[k] = max(out[k] - cancelled + 4.0 * u * (out[k] + gross + cancelled), 0.0)
+    return out
+
+
+@numba.njit(cache=True)
+def _routed_all(
+    first, second, first_error, second_error, first_shared, second_shared, pi, top_first, top_second, top_first_error, top_second_error
+):  # pragma: no cover - jitted
+    """:func:`_routed` of two measures' cell masses, :func:`_routed_errors` of their
+    errors, and the two label kernels' outputs (kept P-masses, loss bounds), zero until
+    set: one more label than cells."""
     size = pi.size + 1
     return (
         _routed(first, pi, top_first),
         _routed(second, pi, top_second),
-        _routed(first_error, pi, top_first_error),
-        _routed(second_error, pi, top_second_error),
+        _routed_errors(first_error, first_shared, pi, top_first_error),
+        _routed_errors(second_error, second_shared, pi, top_second_error),
         np.zeros(size),
         np.zeros(size),
     )
 
 
 @numba.njit(cache=True)
-def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):  # pragma: no cover - jitted
+def _label_losses(m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):  # pragma: no cover - jitted
     """(the P-mass each label keeps, a lower bound on its loss, the largest rounding
     margin) for the labels of the routing.
 
@@ -804,7 +852,9 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
     arithmetic (:func:`_place_labels`) rounds by a few ulps of that value and of the step,
     so a margin of 8 ulps of their sum is taken off.  The label keeps P-mass P_k - E_P; a
     label where that is not positive is dropped (mass 0)."""
-    p_label, q_label, p_error, q_error, kept, lowest = _routed_all(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n)
+    p_label, q_label, p_error, q_error, kept, lowest = _routed_all(
+        m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n
+    )
     eps = _EPS
     widest = 0.0
     for k in range(grid.size):
@@ -825,7 +875,9 @@ def _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_err
 
 
 @numba.njit(cache=True)
-def _mixture_label_losses(a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b, q, remove, grid, step):  # pragma: no cover - jitted
+def _mixture_label_losses(
+    a, b, error_a, error_b, shared_a, shared_b, pi, top_a, top_b, top_error_a, top_error_b, q, remove, grid, step
+):  # pragma: no cover - jitted
     """:func:`_label_losses` for a subsampled law from its parts: C-masses ``a`` and
     S-masses ``b`` of the cells (C = Q0, S = P0; remove has P = (1-q) C + q S and Q = C,
     add has P = C and Q = (1-q) C + q S).  Label k's loss is +-log1p(q (B_k/A_k - 1)) for
@@ -833,7 +885,9 @@ def _mixture_label_losses(a, b, error_a, error_b, pi, top_a, top_b, top_error_a,
     loss is bounded with the ratio at its end of [(B - E_B)/(A + E_A), (B + E_B)/(A - E_A)]
     (dropped where A - E_A is not positive when that end is needed), less the rounding of
     q rho - q and of log1p; the label keeps P-mass P_k less its error."""
-    a_label, b_label, a_error, b_error, kept, lowest = _routed_all(a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b)
+    a_label, b_label, a_error, b_error, kept, lowest = _routed_all(
+        a, b, error_a, error_b, shared_a, shared_b, pi, top_a, top_b, top_error_a, top_error_b
+    )
     eps = _EPS
     widest = 0.0
     for k in range(grid.size):
@@ -896,10 +950,12 @@ def _placed(kept, lowest, lattice, step, phase, floor_shift):  # pragma: no cove
 
 
 def _labels_rounded_down(
-    m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
+    m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
 ) -> tuple[np.ndarray, float]:
     """The labels of the routing (:func:`_label_losses`) placed by :func:`_place_labels`."""
-    kept, lowest, widest = _label_losses(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step)
+    kept, lowest, widest = _label_losses(
+        m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step
+    )
     return _place_labels(kept, lowest, widest, grid, lattice, step, phase)
 
 
@@ -959,7 +1015,7 @@ def lower_on_grid(
         lattice = np.arange(k_lo, k_lo + grid.size)
     if isinstance(loss, PrivacyLoss) and loss.sampling_rate < 1.0:
         return _lower_on_grid_subsampled(loss, grid, step, phase, include_above, lattice)
-    m, n, error_m, error_n = _cell_masses(loss, grid)
+    m, n, error_m, error_n, shared_m, shared_n = _cell_masses(loss, grid)
     if include_above:
         _, _, top_m, top_error_m, top_n, top_error_n = _end_masses(loss, float(grid[0]), float(grid[-1]))
     else:
@@ -971,7 +1027,7 @@ def lower_on_grid(
     top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
     masses, floor_shift = _labels_rounded_down(
-        m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
+        m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n, grid, lattice, step, phase
     )
     return GridMeasure(int(lattice[0]) - 1, masses, step, floor_shift - phase, 0.0)
 
@@ -984,7 +1040,7 @@ def _lower_on_grid_subsampled(
     each label's loss is bounded from its parts (:func:`_mixture_label_losses`)."""
     q = float(loss.sampling_rate)
     remove = loss.direction == "remove"
-    a, b, error_a, error_b, top_a, top_b, top_error_a, top_error_b = _base_cell_masses(loss, grid)
+    a, b, error_a, error_b, shared_a, shared_b, top_a, top_b, top_error_a, top_error_b = _base_cell_masses(loss, grid)
     if not include_above:
         top_a = top_b = top_error_a = top_error_b = 0.0
     mixed = (1.0 - q) * a + q * b
@@ -997,7 +1053,7 @@ def _lower_on_grid_subsampled(
     top_up = max(top_m - top_n * np.exp(targets[-1]), 0.0)
     pi = _route_compiled(up, down, top_up)
     kept, lowest, widest = _mixture_label_losses(
-        a, b, error_a, error_b, pi, top_a, top_b, top_error_a, top_error_b, q, remove, grid, step
+        a, b, error_a, error_b, shared_a, shared_b, pi, top_a, top_b, top_error_a, top_error_b, q, remove, grid, step
     )
     masses, floor_shift = _place_labels(kept, lowest, widest, grid, lattice, step, phase)
     return GridMeasure(int(lattice[0]) - 1, masses, step, floor_shift - phase, 0.0)

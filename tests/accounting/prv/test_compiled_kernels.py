@@ -41,7 +41,7 @@ def test_compiled_routing_matches_the_numpy_routing(seed):
         loss = flatten(PoissonSampled(Gaussian(0.6 + 0.3 * seed), 10.0 ** -(seed + 1)))[0].privacy_loss_distribution("remove")
         step = 10.0 ** -(seed + 2)
         grid = np.arange(int(np.floor(loss.lower_quantile(1e-9) / step)), int(np.ceil(loss.upper_quantile(1e-9) / step)) + 1) * step
-        m, n, _, _ = discretise._cell_masses(loss, grid)
+        m, n = discretise._cell_masses(loss, grid)[:2]
         up, down = discretise._cell_weights(m, n, grid)
         top_up = 1e-12
     else:
@@ -52,7 +52,7 @@ def test_compiled_routing_matches_the_numpy_routing(seed):
     np.testing.assert_array_equal(discretise._route_compiled(up, down, top_up), discretise._route(up, down, top_up))
 
 
-def _label_losses_reference(m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):
+def _label_losses_reference(m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step):
     """The numpy specification of :func:`discretise._label_losses`."""
     eps = np.finfo(float).eps
 
@@ -63,9 +63,17 @@ def _label_losses_reference(m, n, error_m, error_n, pi, top_m, top_n, top_error_
         out[-1] += top
         return out
 
+    def errors(cells, shared, top):
+        # a shared edge's error enters label k |1 - pi_k-1 - pi_k| times, not their sum
+        gross = labels(cells, top)
+        cancelled = np.zeros(grid.size)
+        cancelled[1:-1] = 2.0 * np.minimum(1.0 - pi[:-1], pi[1:]) * shared[1:-1]
+        margin = 4.0 * (eps / 2.0) * (2.0 * gross + cancelled)  # the subtraction's rounding
+        return np.where(shared > 0.0, np.maximum(gross - cancelled + margin, 0.0), gross)
+
     p_label, q_label = labels(m, top_m), labels(n, top_n)
-    low_p = p_label - labels(error_m, top_error_m) - 2.0 * eps * p_label
-    high_q = q_label + labels(error_n, top_error_n) + 2.0 * eps * q_label
+    low_p = p_label - errors(error_m, shared_m, top_error_m) - 2.0 * eps * p_label
+    high_q = q_label + errors(error_n, shared_n, top_error_n) + 2.0 * eps * q_label
     keep = low_p > 0
     with np.errstate(divide="ignore"):
         log_p = np.log(np.where(keep, low_p, 1.0))
@@ -90,12 +98,12 @@ def test_compiled_label_losses_match_the_numpy_specification(mechanism, sampling
     else:
         lattice = np.arange(k_lo, k_hi + 1)
     grid = lattice * step + phase
-    m, n, error_m, error_n = discretise._cell_masses(loss, grid)
+    m, n, error_m, error_n, shared_m, shared_n = discretise._cell_masses(loss, grid)
     targets = grid + discretise._label_slack(m, n, error_m, error_n, step, 1.0)
     up, down = discretise._cell_weights(m, n, targets)
     _, _, top_m, top_error_m, top_n, top_error_n = discretise._end_masses(loss, float(grid[0]), float(grid[-1]))
     pi = discretise._route_compiled(up, down, max(top_m - top_n * np.exp(targets[-1]), 0.0))
-    args = (m, n, error_m, error_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step)
+    args = (m, n, error_m, error_n, shared_m, shared_n, pi, top_m, top_n, top_error_m, top_error_n, grid, step)
     kept, lowest, widest = discretise._label_losses(*args)
     expected_kept, expected_lowest, expected_widest = _label_losses_reference(*args)
     np.testing.assert_allclose(kept, expected_kept, rtol=1e-14, atol=1e-300)

@@ -136,9 +136,6 @@ def test_a_low_noise_rare_hit_law_is_bracketed(dpa):
     [
         # staged chunks put a quarter of their mass at +inf (eps of about 1e9)
         (0.1081, 0.535, 57_328_692, 2.12e-4),
-        # a part of a composed chunk with 1e-21 of mass: the phase search had no points
-        # ("negative dimensions not allowed" from numpy)
-        (0.17177209888588418, 8.971022895444654e-07, 11_862, 2.2291441641113264e-14),
     ],
 )
 def test_a_composition_without_finite_mass_on_the_grid_is_a_named_limit(sigma, rate, steps, target):
@@ -147,4 +144,41 @@ def test_a_composition_without_finite_mass_on_the_grid_is_a_named_limit(sigma, r
     parameters; both are now the engine's named limit."""
     with pytest.raises(LimitError, match="engine='rdp'") as caught:
         epsilon(Composed([(PoissonSampled(Gaussian(sigma), rate), steps)]), target)
+    assert not isinstance(caught.value, ParameterError)
+
+
+@pytest.mark.parametrize("target", [1e-5, 2.2291441641113264e-14])
+def test_a_low_noise_rare_hit_law_over_thousands_of_steps_is_bracketed(dpa, target):
+    """sigma = 0.172, q = 9e-7, T = 11,862.  The fine grid of the staged lower chain had an
+    edge on the pile at log(1 - q), whose modelled error its label lost: 0.25 % of the
+    mass per step, all of it over the chunk.  At delta = 1e-5 the call raised a
+    ParameterError ("less mass than its aliasing bound"); at 2.2e-14 (also a numpy
+    "negative dimensions" error before that) a named limit.  Both are now bracketed and
+    reached: at 1e-5 around dp-accounting's pessimistic estimate (20.5626), at 2.2e-14 below
+    the RDP engine's certified upper bound (67.6; dp-accounting's pessimistic estimate,
+    104.8 at h = 1e-4, is far looser there: three to four hits of about 17 nats each
+    set eps near 61)."""
+    sigma, rate, steps = 0.17177209888588418, 8.971022895444654e-07, 11_862
+    description = Composed([(PoissonSampled(Gaussian(sigma), rate), steps)])
+    result = epsilon(description, target)
+    assert result.accuracy["reached"]
+    assert result.lower <= result.upper
+    if target > 1e-10:
+        pessimistic = _pld_pessimistic_gaussian(sigma, rate, steps, target, 1e-3)
+        assert result.lower <= pessimistic <= result.upper * (1 + 1e-3)
+    else:
+        assert result.upper <= epsilon(description, target, engine="rdp").upper
+
+
+def test_a_lower_measure_without_mass_beyond_its_aliasing_bound_is_a_named_limit():
+    """Every valid description has a law of mass 1, so a composed optimistic measure with
+    less mass than may have aliased into its window is the engine's limit: it was a
+    ParameterError, which blamed valid parameters."""
+    import numpy as np
+
+    from dpforge.accounting.prv.compose import ComposedMeasure
+
+    composed = ComposedMeasure(np.arange(4.0), np.full(4, 1e-3), above=0.1, below=0.0, infinity=0.0, roundoff=0.0, grid_size=4)
+    with pytest.raises(LimitError, match="engine='rdp'") as caught:
+        composed.lower_masses()
     assert not isinstance(caught.value, ParameterError)
