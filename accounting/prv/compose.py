@@ -27,6 +27,40 @@ _U = np.finfo(float).eps / 2
 #: about sqrt(5) T u, and the transform adds its own; the composition of Laplace b = 2,
 #: q = 0.01, T = 1e3 had an entry 1.28 u (T + log2 n) max p off a direct convolution
 _ROUNDING_FACTOR = 4.0
+#: the unit round-off of the platform's long double (2^-64 on x86-64; where it is no more
+#: precise than double, extended compositions are plain double ones and say so)
+_U_EXTENDED = min(float(np.finfo(np.longdouble).eps) / 2, _U)
+#: a tilted composition of at least this many steps, of at most ``_EXTENDED_ROWS``
+#: distinct measures, transforms and powers in long double (:func:`extended_precision`)
+_EXTENDED_COUNT = 256
+_EXTENDED_ROWS = 8
+
+
+def extended_precision(measures: Sequence[tuple[GridMeasure, int]]) -> bool:
+    """Whether :func:`fft_window` should transform and raise to powers in long double.
+
+    The allowance c u (T + log2 n) max p is dominated by T u once T is in the hundreds:
+    the power z^T multiplies the transform's relative error by T.  At a tiny delta after
+    1e5 steps that term, summed over the entries above eps, is the width's floor (sigma
+    = 1, q = 1e-6, T = 1e5 at delta = 1e-15: the upper end converged to 0.0029542 at
+    second order in the step, 1.3e-3 above the staged lower end, and to 0.0029503
+    without the allowance).  In long double (u = 2^-64 on x86-64) that term is 2048
+    times smaller; a long double transform costs about 4.5 times a double one, so only
+    compositions of a few distinct measures take it (a homogeneous workload: one)."""
+    if _U_EXTENDED >= _U or len(measures) > _EXTENDED_ROWS:
+        return False
+    return sum(count for _, count in measures) >= _EXTENDED_COUNT
+
+
+def roundoff_model(total_count: int, size: int, extended: bool = False) -> float:
+    """The round-off allowance per entry in units of the composition's largest entry:
+    ``_ROUNDING_FACTOR`` u (T + log2 n), or for an extended composition (:func:`fft_window`)
+    ``_ROUNDING_FACTOR`` (u_ld (T + log2 n) + u (1 + log2 n)): the long double transform
+    and power, then one rounding of each frequency to double and the double inverse
+    transform."""
+    if not extended:
+        return _ROUNDING_FACTOR * _U * (total_count + math.log2(size))
+    return _ROUNDING_FACTOR * (_U_EXTENDED * (total_count + math.log2(size)) + _U * (1.0 + math.log2(size)))
 
 
 @dataclass(frozen=True)
@@ -317,7 +351,7 @@ def _roundoff_per_entry(composed: np.ndarray, total_count: int) -> float:
     """
     peak = float(np.max(composed))
     lowest = float(np.min(composed))
-    model = _ROUNDING_FACTOR * _U * (total_count + math.log2(composed.size)) * peak
+    model = roundoff_model(total_count, composed.size) * peak
     return max(2.0 * max(-lowest, 0.0), model)
 
 
@@ -434,8 +468,16 @@ def no_finite_window() -> LimitError:
 
 
 def _place(row: np.ndarray, values: np.ndarray, offset: int) -> None:
-    """Add ``values[j]`` to ``row[(offset + j) mod row.size]`` (cyclic placement)."""
+    """Add ``values[j]`` to ``row[(offset + j) mod row.size]`` (cyclic placement), in the
+    row's own precision (a long double row sums what wraps onto one entry in long double)."""
     size = row.size
+    if values.size > size and row.dtype != np.float64:
+        begin, done = offset % size, 0
+        while done < values.size:
+            take = min(values.size - done, size - begin)
+            row[begin : begin + take] += values[done : done + take]
+            done, begin = done + take, 0
+        return
     if values.size > size:
         row += np.bincount((offset + np.arange(values.size)) % size, weights=values, minlength=size)
         return
@@ -468,7 +510,7 @@ def _product_of_powers(spectra: np.ndarray, counts: np.ndarray) -> np.ndarray:
     if distinct.size < counts.size:
         spectra = np.stack([np.prod(spectra[which == k], axis=0) for k in range(distinct.size)])
         counts = distinct.astype(np.int64)
-    result = np.ones(spectra.shape[1], dtype=complex)
+    result = np.ones(spectra.shape[1], dtype=spectra.dtype)
     base = spectra
     remaining = counts.copy()
     while True:
@@ -486,8 +528,9 @@ def _power(spectrum: np.ndarray, count: int) -> np.ndarray:
     """spectrum ** count by the binary powers of :func:`_product_of_powers`, the same
     multiplications in the same order (so the same numbers), squaring in place rather
     than through copies of the row (the prefix products take one power a phase)."""
-    result = np.ones(spectrum.shape, dtype=complex)
-    base = spectrum.astype(complex, copy=True)
+    dtype = np.clongdouble if spectrum.dtype == np.clongdouble else complex
+    result = np.ones(spectrum.shape, dtype=dtype)
+    base = spectrum.astype(dtype, copy=True)
     while count > 0:
         if count & 1:
             result *= base
@@ -503,14 +546,18 @@ def fft_window(
     lam: np.ndarray,
     cumulant: np.ndarray,
     log_tail: float,
+    extended: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The product of transforms of ``weights`` (one array per measure, on its grid; the
     masses themselves or tilted ones), each to its count, on a window where the composed
     law's Chernoff tails (``cumulant`` at ``lam``) are below e^{log_tail}.
 
     Each measure is centred on its mean index before the transform (so the window covers
-    the composed spread, not its mean).  Returns (positions, window masses, the raw
-    aliased composition)."""
+    the composed spread, not its mean).  With ``extended`` the rows are placed, transformed
+    and raised to their powers in long double, and the product is rounded to double once
+    before the (double) inverse transform (:func:`extended_precision`,
+    :func:`roundoff_model`).  Returns (positions, window masses, the raw aliased
+    composition)."""
     step = measures[0][0].step
     positive = lam > 0
     with np.errstate(invalid="ignore"):
@@ -520,12 +567,13 @@ def fft_window(
         raise no_finite_window()
     check_grid((top - bottom) / step + 3, "the FFT window of the composition")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
-    spectrum = np.ones(size // 2 + 1, dtype=complex)
+    real = np.longdouble if extended else np.float64
+    spectrum = np.ones(size // 2 + 1, dtype=np.clongdouble if extended else complex)
     base = 0.0
     batch = max(1, min(len(measures), _BATCH_ENTRIES // size))
     for start in range(0, len(measures), batch):
         chunk = list(zip(measures[start : start + batch], weights[start : start + batch]))
-        placed = np.zeros((len(chunk), size))
+        placed = np.zeros((len(chunk), size), dtype=real)
         counts = np.empty(len(chunk))
         for row, ((measure, count), values) in enumerate(chunk):
             centre = int(round(measure.mean_index()))
@@ -534,7 +582,7 @@ def fft_window(
             base += count * (centre * step - measure.shift)
         # spectra multiplied (binary powers), not complex logs summed
         spectrum *= _product_of_powers(sp_fft.rfft(placed, axis=1), counts.astype(np.int64))
-    composed = sp_fft.irfft(spectrum, size)
+    composed = sp_fft.irfft(spectrum.astype(complex) if extended else spectrum, size)
     first = int(math.floor((bottom - base) / step))
     offsets = np.arange(first, first + size)
     return base + offsets * step, composed[offsets % size], composed

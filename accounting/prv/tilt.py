@@ -16,6 +16,10 @@ al. 2023, used here only to place the FFT's dynamic range, never as an approxima
    S(y) = exp(Lambda - theta y), Lambda = sum_i count_i log Z_i;
 4. the round-off allowance r~ is taken on the tilted entries, so each entry's allowance
    becomes r~ S(y_k): relative to the mass where delta(eps) lives, decaying above it.
+5. a composition of hundreds of steps or more (of a few distinct measures) is
+   transformed and raised to its powers in long double (:func:`.compose.extended_precision`):
+   r~ is about c u T max p~, and summed over the entries above eps that term still set
+   the width at a tiny delta after 1e5 steps.
 
 theta is chosen so that the tilted composed mean sits at the eps of interest (the
 saddle point of the Chernoff bound there).  Only positions y >= ``floor`` are kept, where
@@ -45,14 +49,14 @@ import numba
 import numpy as np
 
 from dpforge.accounting.prv.compose import (
-    _ROUNDING_FACTOR,
-    _U,
     ComposedProfile,
     _chernoff_lambdas,
     _log_mgf,
     composed_infinity,
+    extended_precision,
     fft_window,
     refine_lambdas,
+    roundoff_model,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.errors import LimitError
@@ -120,7 +124,8 @@ def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, bu
     at most ``budget`` to delta(eps).
 
     Each kept entry y > eps carries r~ S(y) = r~ S(eps) e^{-theta (y - eps)} of allowance
-    with r~ = c u (T + log2 n) max p~ <= c u (T + 64), c = ``_ROUNDING_FACTOR``, for the model part of the allowance (a
+    with r~ = :func:`.compose.roundoff_model` (T, n) max p~, at most that model at n = 2^64
+    (c u (T + 64), or its long double form), for the model part of the allowance (a
     tilted measure has total mass 1, so every entry is at most 1, and log2 of any window is
     below 64), weighted by 1 - e^{eps - y} <= y - eps; summed over the grid y = eps + j h
     that is at most r~ S(eps) sum_j j h e^{-theta j h} <= r~ S(eps) e^{theta h} / (theta^2 h).
@@ -131,7 +136,7 @@ def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, bu
     asked says so (``accuracy["reached"]`` and a ``DpforgeAccuracyWarning``)."""
     step = measures[0][0].step
     steps = sum(count for _, count in measures)
-    roundoff = _ROUNDING_FACTOR * _U * (steps + 64.0)
+    roundoff = roundoff_model(steps, 2**64, extended_precision(measures))
     log_spread = theta * step - 2.0 * math.log(max(theta, 1e-12)) - math.log(step)
     return math.log(budget) - math.log(roundoff) - log_spread
 
@@ -281,7 +286,10 @@ def compose_tilted(
     lam, tilted_cumulant = refine_lambdas(lam, tilted_cumulant, log_tail, tilted_at)
     cumulant = np.concatenate([cumulant, *added])
     positive = lam > 0
-    positions, masses, composed = fft_window(measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail)
+    extended = extended_precision(measures)
+    positions, masses, composed = fft_window(
+        measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail, extended=extended
+    )
     size = composed.size
     high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
     above_tilted = float(np.exp(np.min(tilted_cumulant[positive] - lam[positive] * high)))
@@ -303,9 +311,7 @@ def compose_tilted(
     )
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
-    roundoff = max(
-        2.0 * max(-float(masses.min()), 0.0), _ROUNDING_FACTOR * _U * (total_count + math.log2(size)) * float(masses.max())
-    )
+    roundoff = max(2.0 * max(-float(masses.min()), 0.0), roundoff_model(total_count, size, extended) * float(masses.max()))
     return TiltedComposition(
         positions,
         masses,

@@ -17,6 +17,7 @@ from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
 from dpforge.mechanisms.combinators import flatten
 
 evaluate_module = importlib.import_module("dpforge.accounting.prv.evaluate")
+compose_module = importlib.import_module("dpforge.accounting.prv.compose")
 
 
 def _pld_pessimistic(scale: float, rate: float, steps: int, target: float, interval: float) -> float:
@@ -150,12 +151,19 @@ def test_staged_tiny_delta_reaches_the_width():
 
 
 @pytest.mark.slow
-def test_rare_hits_at_tiny_delta_say_when_the_allowance_sets_the_width():
+def test_rare_hits_at_tiny_delta_reach_the_width_with_a_long_double_power():
+    """sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 stopped 2.2e-3 wide with a warning:
+    the double allowance c u T max p, summed over the entries above eps, held the upper
+    end 1.3e-3 above the staged lower end however fine the grid.  The tilted power is now
+    taken in long double (.compose.extended_precision) where that is more precise."""
+    if compose_module._U_EXTENDED >= compose_module._U:
+        pytest.skip("this platform's long double is no more precise than double")
     description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)])
-    with pytest.warns(DpforgeAccuracyWarning):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
         result = epsilon(description, 1e-15)
-    assert not result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 3e-3 * result.upper
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
     assert result.lower < 0.0029500 < result.upper < 0.00296
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
