@@ -28,7 +28,7 @@ from dpforge.accounting.prv.components import (
     saddle_exponent,
 )
 from dpforge.accounting.prv.compose import ComposedProfile, compose
-from dpforge.accounting.prv.tilt import compose_tilted, saddle_tilt
+from dpforge.accounting.prv.tilt import choose_tilt, compose_tilted
 from dpforge.accounting.prv.two_scale import _FINE_POINTS, _FIRST_FINE_POINTS
 from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
@@ -133,7 +133,7 @@ def evaluate(
     that eps, and only losses from ``floor`` up are kept (:mod:`.tilt`): ``floor`` must be
     a certified lower bound on the eps being sought (or the eps being queried).  With
     ``tilt_budget`` (the part of delta the round-off allowance may take there) the tilt is
-    the smallest that keeps the allowance within it (:func:`.tilt.saddle_tilt`).
+    the smallest that keeps the allowance within it (:func:`.tilt.choose_tilt`, which also decides on a long double power).
 
     A direction with an entry in ``exponents`` (the saddle exponent of the eps being
     sought or queried) has its one-step laws discretised on graded cells, weighted by
@@ -181,9 +181,9 @@ def evaluate(
                 )[kind]
                 if cache is not None:
                     cache[key] = measures
-            theta = saddle_tilt(measures, tilt_at, floor, tilt_budget) if tilt_at is not None else 0.0
+            theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget) if tilt_at is not None else (0.0, False)
             if theta > 0.0:
-                composed = compose_tilted(measures, tail, theta, floor)
+                composed = compose_tilted(measures, tail, theta, floor, extended)
             else:
                 composed = compose(measures, tail)
             del measures

@@ -16,10 +16,10 @@ al. 2023, used here only to place the FFT's dynamic range, never as an approxima
    S(y) = exp(Lambda - theta y), Lambda = sum_i count_i log Z_i;
 4. the round-off allowance r~ is taken on the tilted entries, so each entry's allowance
    becomes r~ S(y_k): relative to the mass where delta(eps) lives, decaying above it.
-5. a composition of hundreds of steps or more (of a few distinct measures) is
-   transformed and raised to its powers in long double (:func:`.compose.extended_precision`):
-   r~ is about c u T max p~, and summed over the entries above eps that term still set
-   the width at a tiny delta after 1e5 steps.
+5. where r~, about c u T max p~, would still take more than its budget of delta at
+   every tilt up to the saddle point (a tiny delta after 1e5 steps), a composition of
+   hundreds of steps or more of a few distinct measures is transformed and raised to
+   its powers in long double (:func:`choose_tilt`, :func:`.compose.extended_precision`).
 
 theta is chosen so that the tilted composed mean sits at the eps of interest (the
 saddle point of the Chernoff bound there).  Only positions y >= ``floor`` are kept, where
@@ -119,7 +119,7 @@ def log_scale_at(measures: Sequence[tuple[GridMeasure, int]], theta: float, posi
     return total - theta * position
 
 
-def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, budget: float) -> float:
+def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, budget: float, extended: bool = False) -> float:
     """The largest log S(eps) at which the round-off allowance of a tilt by ``theta`` adds
     at most ``budget`` to delta(eps).
 
@@ -136,13 +136,17 @@ def _roundoff_goal(measures: Sequence[tuple[GridMeasure, int]], theta: float, bu
     asked says so (``accuracy["reached"]`` and a ``DpforgeAccuracyWarning``)."""
     step = measures[0][0].step
     steps = sum(count for _, count in measures)
-    roundoff = roundoff_model(steps, 2**64, extended_precision(measures))
+    roundoff = roundoff_model(steps, 2**64, extended)
     log_spread = theta * step - 2.0 * math.log(max(theta, 1e-12)) - math.log(step)
     return math.log(budget) - math.log(roundoff) - log_spread
 
 
 def saddle_tilt(
-    measures: Sequence[tuple[GridMeasure, int]], target: float, floor: float = 0.0, budget: float | None = None
+    measures: Sequence[tuple[GridMeasure, int]],
+    target: float,
+    floor: float = 0.0,
+    budget: float | None = None,
+    extended: bool = False,
 ) -> float:
     """theta >= 0 with tilted mean = ``target`` (0 when the untilted mean is already at or
     above it); the tilted mean increases with theta, so bisection finds it.
@@ -158,7 +162,8 @@ def saddle_tilt(
     falls from Lambda(0) <= 0 to its minimum at the saddle point, and a smaller tilt skews
     the tilted law less, so its FFT window is narrower (the saddle point's window is set by
     the few large losses that dominate delta at tiny delta and can be ten times wider).
-    Any theta > 0 gives a certified composition; the budget only sets the tightness."""
+    Any theta > 0 gives a certified composition; the budget only sets the tightness.
+    ``extended``: the allowance of a long double power (:func:`.compose.roundoff_model`)."""
     if tilted_mean(measures, 0.0) >= target:
         return 0.0
     cap = 0.5 * _MAX_LOG_SCALE / max(target - floor, 1e-12)
@@ -179,19 +184,39 @@ def saddle_tilt(
             if high - low <= (1e-6 if budget is None else 1e-3) * high:
                 break  # with a budget the saddle point only bounds the search below
         saddle = min(0.5 * (low + high), cap)
-    if budget is None or log_scale_at(measures, saddle, target) > _roundoff_goal(measures, saddle, budget):
+    if budget is None or log_scale_at(measures, saddle, target) > _roundoff_goal(measures, saddle, budget, extended):
         return saddle
     # log S(target) - goal(theta) decreases on (0, saddle]: bisect for where it crosses 0
     low, high = 0.0, saddle
     for _ in range(40):
         middle = 0.5 * (low + high)
-        if log_scale_at(measures, middle, target) > _roundoff_goal(measures, middle, budget):
+        if log_scale_at(measures, middle, target) > _roundoff_goal(measures, middle, budget, extended):
             low = middle
         else:
             high = middle
         if high - low <= 1e-2 * high:
             break
     return high
+
+
+def choose_tilt(
+    measures: Sequence[tuple[GridMeasure, int]], target: float, floor: float = 0.0, budget: float | None = None
+) -> tuple[float, bool]:
+    """(theta, extended): the tilt of :func:`saddle_tilt`, and whether to compose it with
+    a long double power (:func:`.compose.extended_precision`).
+
+    Long double only where the double allowance cannot keep within ``budget`` at any
+    tilt up to the saddle point (or where no budget is given), since its transforms
+    cost about 4.5 times as much: q = 0.004, sigma = 1.1, T = 1e3 fits in double from
+    delta = 1e-10 to 1e-15 and took 2.1 times its delta = 1e-5 call in long double
+    against 1.6-1.8 times in double; sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 does
+    not fit, and needs it to reach 1e-3."""
+    theta = saddle_tilt(measures, target, floor, budget)
+    if theta <= 0.0 or not extended_precision(measures):
+        return theta, False
+    if budget is not None and log_scale_at(measures, theta, target) <= _roundoff_goal(measures, theta, budget):
+        return theta, False
+    return saddle_tilt(measures, target, floor, budget, extended=True), True
 
 
 @dataclass(frozen=True)
@@ -244,10 +269,11 @@ class TiltedComposition:
 
 
 def compose_tilted(
-    measures: Sequence[tuple[GridMeasure, int]], tail: float, theta: float, floor: float
+    measures: Sequence[tuple[GridMeasure, int]], tail: float, theta: float, floor: float, extended: bool = False
 ) -> TiltedComposition:
     """Compose ``count`` copies of each measure after tilting by e^{theta x} (theta > 0),
-    keeping positions from ``floor`` up (module docstring)."""
+    keeping positions from ``floor`` up (module docstring); with ``extended``, by a long
+    double power (:func:`.compose.fft_window`, :func:`choose_tilt`)."""
     step = measures[0][0].step
     tilted_logs, log_zs, log_scale = [], [], 0.0
     for measure, count in measures:
@@ -286,7 +312,6 @@ def compose_tilted(
     lam, tilted_cumulant = refine_lambdas(lam, tilted_cumulant, log_tail, tilted_at)
     cumulant = np.concatenate([cumulant, *added])
     positive = lam > 0
-    extended = extended_precision(measures)
     positions, masses, composed = fft_window(
         measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail, extended=extended
     )

@@ -10,10 +10,13 @@ import mpmath as mp
 import numpy as np
 import pytest
 
+from dpforge.accounting import epsilon
 from dpforge.accounting.prv.discretise import GridMeasure
+from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
 
 # the module (the package re-exports a function of the same name)
 compose = importlib.import_module("dpforge.accounting.prv.compose")
+evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
 
 needs_long_double = pytest.mark.skipif(
     compose._U_EXTENDED >= compose._U, reason="this platform's long double is no more precise than double"
@@ -69,3 +72,35 @@ def test_extended_precision_is_taken_by_long_compositions_of_few_measures():
     assert compose.extended_precision([(measure, 100_000)]) == long_double_helps
     assert not compose.extended_precision([(measure, 10)])
     assert not compose.extended_precision([(measure, 1000)] * (compose._EXTENDED_ROWS + 1))
+
+
+def _extended_flags(monkeypatch) -> list[bool]:
+    """Record the ``extended`` argument of every tilted composition."""
+    flags: list[bool] = []
+    original = evaluate.compose_tilted
+
+    def spy(measures, tail, theta, floor, extended=False):
+        flags.append(extended)
+        return original(measures, tail, theta, floor, extended)
+
+    monkeypatch.setattr(evaluate, "compose_tilted", spy)
+    return flags
+
+
+def test_a_tilt_that_fits_its_budget_in_double_stays_in_double(monkeypatch):
+    """q = 0.004, sigma = 1.1, T = 1e3 at delta = 1e-12: the double allowance fits the
+    tilt's budget, so no composition pays for long double (it took 2.1 times the
+    delta = 1e-5 call when every tilted composition of 256 steps did)."""
+    flags = _extended_flags(monkeypatch)
+    result = epsilon(Composed([(PoissonSampled(Gaussian(1.1), 0.004), 1000)]), 1e-12)
+    assert result.accuracy["reached"] and result.accuracy["tilted"]
+    assert flags and not any(flags)
+
+
+@needs_long_double
+def test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double(monkeypatch):
+    """sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15: the width needs the long double power
+    (``test_refinement_chains``), and it is taken."""
+    flags = _extended_flags(monkeypatch)
+    epsilon(Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)]), 1e-15)
+    assert any(flags)
