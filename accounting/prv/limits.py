@@ -21,7 +21,8 @@ from dpforge.validation import require_positive
 #: default budget: 6 GiB, a quarter of the 24 GiB of the smallest machine dpforge targets
 DEFAULT_MEMORY_BUDGET = 6 * 2**30
 #: bytes held per grid point while a grid is built or composed: measured peaks of about
-#: 160 (a direct grid) and 220 (a staged chunk, with its discrete-law copies) per point
+#: 160 (a direct grid) and 220 (a staged chunk, with its discrete-law copies) per point; a
+#: long double power (.compose.extended_precision) adds about 24 to the window's 64
 BYTES_PER_POINT = 224
 
 _BUDGET: contextvars.ContextVar[float] = contextvars.ContextVar("dpforge_prv_memory_budget", default=DEFAULT_MEMORY_BUDGET)
