@@ -28,7 +28,7 @@ _U = np.finfo(float).eps / 2
 #: q = 0.01, T = 1e3 had an entry 1.28 u (T + log2 n) max p off a direct convolution
 _ROUNDING_FACTOR = 4.0
 #: the unit round-off of the platform's long double (2^-64 on x86-64; where it is no more
-#: precise than double, extended compositions are plain double ones and say so)
+#: precise than double, :func:`extended_precision` is always False)
 _U_EXTENDED = min(float(np.finfo(np.longdouble).eps) / 2, _U)
 #: a tilted composition of at least this many steps, of at most ``_EXTENDED_ROWS``
 #: distinct measures, transforms and powers in long double (:func:`extended_precision`)

@@ -133,7 +133,8 @@ def evaluate(
     that eps, and only losses from ``floor`` up are kept (:mod:`.tilt`): ``floor`` must be
     a certified lower bound on the eps being sought (or the eps being queried).  With
     ``tilt_budget`` (the part of delta the round-off allowance may take there) the tilt is
-    the smallest that keeps the allowance within it (:func:`.tilt.choose_tilt`, which also decides on a long double power).
+    the smallest that keeps the allowance within it (:func:`.tilt.choose_tilt`, which also
+    decides on a long double power).
 
     A direction with an entry in ``exponents`` (the saddle exponent of the eps being
     sought or queried) has its one-step laws discretised on graded cells, weighted by

@@ -166,7 +166,8 @@ def saddle_tilt(
     extended: bool = False,
 ) -> float:
     """theta >= 0 with tilted mean = ``target`` (0 when the untilted mean is already at or
-    above it); the tilted mean increases with theta, so bisection finds it.
+    above it); the tilted mean increases with theta, so safeguarded Newton steps find it
+    (:func:`_saddle_point`).
 
     theta is capped at ``_MAX_LOG_SCALE / 2 / (target - floor)``: at the saddle point
     Lambda(theta) - theta target <= 0 (convexity, Lambda(0) <= 0), so the untilting factor
