@@ -258,3 +258,24 @@ def test_log_normal_bulk_is_staged_on_grids_the_width_needs(dpa, monkeypatch):
         assert result.upper <= epsilon(description, target, engine="rdp").upper
         assert max(size for kinds, size in grids if kinds == ("lower",)) <= 4 * evaluate_module._STAGED_POINTS
         assert max(size for kinds, size in grids if kinds == ("upper",)) <= 2**21
+
+
+def test_a_law_piled_near_its_atoms_falls_back_to_the_largest_direct_grid():
+    """The LMO search's mechanism (Laplace with its scale uniform on a 9e-4 wide interval,
+    q = 0.01, T = 1e3): its losses pile up near +-1/b, the lower chain converges at first
+    order, and the refinement staged at 4.7e-3 after a 1.1e-5 direct grid that already
+    resolved every one-step bulk: it stopped at [0.99608, 0.99945] (3.4e-3 wide, with a
+    warning).  One direct grid at the upper chain's limit meets the width.  Cross-check:
+    the RDP engine's certified upper bound lies above the bracket."""
+    from dpforge.mechanisms.lmo import LMO
+
+    mechanism = LMO(weights=(0.0, 0.0, 1.0), uniform_low=0.8998921814218571, uniform_high=0.900792073603279)
+    description = Composed([(PoissonSampled(mechanism, 0.01), 1000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-5)
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    assert result.lower > 0.9985
+    assert result.upper <= epsilon(description, 1e-5, engine="rdp").upper
+
