@@ -183,8 +183,9 @@ def _direct_sum_of_products(coarse, rest, chunk, terms, first, length):
 
 def test_tilted_sum_of_products_is_below_the_exact_sum_and_keeps_rare_entries():
     """Untilted, the allowance (relative to the sum's peak) zeroes every entry below about
-    1e-16 of it; summed tilted as well, the entries the tilt lifts come back, and every
-    entry stays at most the exact one (direct convolution)."""
+    1e-16 of it; summed tilted instead, the entries the tilt lifts come back, every entry
+    stays at most the exact one (direct convolution), and the bulk is kept (the tilted
+    sum's mass within 1e-8 of the untilted one's)."""
     from dpforge.accounting.prv.discretise import GridMeasure
 
     step = 0.01
@@ -198,7 +199,7 @@ def test_tilted_sum_of_products_is_below_the_exact_sum_and_keeps_rare_entries():
     exact = _direct_sum_of_products(coarse, rest, chunk, terms, untilted.first_index, untilted.masses.size)
     assert np.all(untilted.masses <= exact * (1 + 1e-12))
     assert np.all(tilted.masses <= exact * (1 + 1e-12))
-    assert np.all(tilted.masses >= untilted.masses)
+    assert tilted.masses.sum() >= (1 - 1e-8) * untilted.masses.sum()
     rare = (exact > 0) & (exact < 1e-20 * exact.max())
     assert rare.sum() > 100
     assert np.all(untilted.masses[rare] == 0.0)
