@@ -225,7 +225,7 @@ def _chunks(
     """:func:`_chunk` for every size in ``sizes``; the lower measures of a law with a thin
     tail far beyond its bulk come from one two-scale computation for all sizes
     (:func:`.two_scale.two_scale_chunks`: the bulk on the fine grid, the tail on the grid,
-    their sum also formed tilted by e^{``theta`` x} when ``theta`` > 0).
+    their sum formed tilted by e^{``theta`` x} when ``theta`` > 0).
 
     The chunks are composed on a grid of (bulk width) / (``_FINE_RESOLUTION`` x
     ``fine_scale``): see :func:`discretise_all`."""

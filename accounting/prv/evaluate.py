@@ -715,7 +715,7 @@ def refine(
                 continue
             # ... then, once, the two-scale chunks (laws without atoms) built again: the
             # probe's chunks are cached and usually suffice, but at a tilted evaluation their
-            # sums are now tilted as well, since a chunk's round-off (1e-16 of its peak) hides
+            # sums are now formed tilted, since a chunk's round-off (1e-16 of its peak) hides
             # the rare events a tiny delta reads (sigma = 0.3, q = 1e-6, T = 1e3 at
             # delta = 1e-10: 1.2 % wide -> 2e-5) ...
             # ... and each chunk pays its rounding onto the grid once, so 16x longer chunks

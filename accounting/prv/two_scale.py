@@ -154,8 +154,8 @@ def two_scale_chunks(
     ``_FINE_POINTS``), the tail beyond
     ``split`` on ``side`` on the grid ``step``; the range is ``low`` to ``high``.  Chunks
     of nearby sizes share B~, R~ and one transform for every G_k; K is set by the largest
-    (the Binomial tail grows with the size).  With ``theta`` > 0 the sum over k is also
-    formed tilted by e^{theta x} (:func:`_sum_of_products`)."""
+    (the Binomial tail grows with the size).  With ``theta`` > 0 the sum over k is formed
+    tilted by e^{theta x} (:func:`_sum_of_products`)."""
     build = _upper_split if side == "upper" else _lower_split
     # the bulk's own grid within fine_points
     fine_points = min(_FIRST_FINE_POINTS * resolution, _FINE_POINTS)
