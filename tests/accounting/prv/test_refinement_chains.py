@@ -279,3 +279,27 @@ def test_a_law_piled_near_its_atoms_falls_back_to_the_largest_direct_grid():
     assert result.lower > 0.9985
     assert result.upper <= epsilon(description, 1e-5, engine="rdp").upper
 
+
+def test_a_staged_probe_that_must_tilt_builds_no_untilted_chunks(monkeypatch):
+    """sigma = 0.3, q = 1e-6, T = 1e3 at delta = 1e-10: the probe's direct bracket on the
+    upper chain's grid already shows the composition must be tilted, so the staged lower
+    chain's chunks are built tilted from the start; untilted, their round-off hid the
+    single hits that set eps, and they served only as the tilt's floor (0.96 s of the
+    call at delta = 1e-15).  The bracket still meets the width, below RDP's upper bound."""
+    calls = []
+    original = evaluate_module.evaluate
+
+    def spy(components, step, tail, kinds=("upper", "lower"), **options):
+        calls.append((kinds, options.get("staged", False), options.get("tilt_at")))
+        return original(components, step, tail, kinds, **options)
+
+    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 1000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-10)
+    assert any(staged and tilt_at is not None for _, staged, tilt_at in calls)
+    assert not any(staged and tilt_at is None for _, staged, tilt_at in calls)
+    assert result.accuracy["reached"]
+    assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
