@@ -612,7 +612,9 @@ def refine(
             evaluation = direct
         else:  # the direct upper chain is the probe's; its lower chain is staged as before
             staged_lower = evaluate(components, step, tail, kinds=("lower",), staged=True, exponents=exponents, cache=probe_measures)
-            evaluation = _tighter(direct, _with_lower(direct, staged_lower), delta)
+            # (labelled with the staged step, as _evaluate_chains labels a split evaluation:
+            # the step a result reports, and that verify's prefix passes use)
+            evaluation = dataclasses.replace(_tighter(direct, _with_lower(direct, staged_lower), delta), step=step)
     else:
         evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=exponents, cache=probe_measures)
     low, high = bounds_of(evaluation)

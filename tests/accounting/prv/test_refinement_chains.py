@@ -303,3 +303,22 @@ def test_a_staged_probe_that_must_tilt_builds_no_untilted_chunks(monkeypatch):
     assert result.accuracy["reached"]
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
 
+
+def test_a_staged_probe_reports_its_staged_step(monkeypatch):
+    """The staged probe that does not tilt (S1: q = 1e-4, sigma = 0.6, T = 1e6 at
+    delta = 1e-5) composes a direct lower chain on the upper chain's grid beside the
+    staged one; the result still reports the staged chain's step, which verify's prefix
+    passes use as their grid (it reported the upper chain's, half of it, for one commit)."""
+    steps = []
+    original = evaluate_module.evaluate
+
+    def spy(components, step, tail, kinds=("upper", "lower"), **options):
+        if options.get("staged"):
+            steps.append(step)
+        return original(components, step, tail, kinds, **options)
+
+    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    result = epsilon(Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 1_000_000)]), 1e-5)
+    assert result.accuracy["reached"] and not result.accuracy["tilted"]
+    assert steps and result.accuracy["grid_step"] == steps[-1]
+
