@@ -182,12 +182,40 @@ def saddle_tilt(
     the few large losses that dominate delta at tiny delta and can be ten times wider).
     Any theta > 0 gives a certified composition; the budget only sets the tightness.
     ``extended``: the allowance of a long double power (:func:`.compose.roundoff_model`)."""
+    saddle = _saddle(measures, target, floor, budget)
+    if saddle <= 0.0 or budget is None:
+        return saddle
+    return _fitting_tilt(measures, target, saddle, budget, extended)
+
+
+def _saddle(measures: Sequence[tuple[GridMeasure, int]], target: float, floor: float, budget: float | None) -> float:
+    """The saddle point of :func:`saddle_tilt` (0 when the untilted mean is at or above
+    ``target``), capped; with a budget it only bounds the search below, so it is found to
+    1e-3 instead of 1e-6."""
     if tilted_mean(measures, 0.0) >= target:
         return 0.0
     cap = 0.5 * _MAX_LOG_SCALE / max(target - floor, 1e-12)
-    # with a budget the saddle point only bounds the search below
-    saddle = _saddle_point(measures, target, cap, 1e-6 if budget is None else 1e-3)
-    if budget is None or log_scale_at(measures, saddle, target) > _roundoff_goal(measures, saddle, budget, extended):
+    return _saddle_point(measures, target, cap, 1e-6 if budget is None else 1e-3)
+
+
+def _fits(measures: Sequence[tuple[GridMeasure, int]], theta: float, target: float, budget: float, extended: bool) -> bool:
+    """Whether the allowance of a tilt by ``theta`` keeps within ``budget`` at ``target``."""
+    return log_scale_at(measures, theta, target) <= _roundoff_goal(measures, theta, budget, extended)
+
+
+def _fitting_tilt(
+    measures: Sequence[tuple[GridMeasure, int]],
+    target: float,
+    saddle: float,
+    budget: float,
+    extended: bool,
+    fits_at_saddle: bool | None = None,
+) -> float:
+    """The smallest theta up to ``saddle`` whose allowance fits ``budget`` (``saddle`` when
+    none does; :func:`saddle_tilt`); ``fits_at_saddle``, when the caller has checked it."""
+    if fits_at_saddle is None:
+        fits_at_saddle = _fits(measures, saddle, target, budget, extended)
+    if not fits_at_saddle:
         return saddle
     # log S(target) - goal(theta) decreases on (0, saddle]: bisect for where it crosses 0
     low, high = 0.0, saddle
@@ -257,12 +285,17 @@ def choose_tilt(
     delta = 1e-10 to 1e-15 and took 2.1 times its delta = 1e-5 call in long double
     against 1.6-1.8 times in double; sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 does
     not fit, and needs it to reach 1e-3."""
-    theta = saddle_tilt(measures, target, floor, budget)
-    if theta <= 0.0 or not extended_precision(measures):
-        return theta, False
-    if budget is not None and log_scale_at(measures, theta, target) <= _roundoff_goal(measures, theta, budget):
-        return theta, False
-    return saddle_tilt(measures, target, floor, budget, extended=True), True
+    saddle = _saddle(measures, target, floor, budget)
+    if saddle <= 0.0:
+        return 0.0, False
+    eligible = extended_precision(measures)
+    if budget is None:
+        return saddle, eligible
+    fits_double = _fits(measures, saddle, target, budget, False)
+    if not eligible or fits_double:
+        return _fitting_tilt(measures, target, saddle, budget, False, fits_double), False
+    # the saddle point is found once for both precisions (it was searched a second time)
+    return _fitting_tilt(measures, target, saddle, budget, True), True
 
 
 @dataclass(frozen=True)

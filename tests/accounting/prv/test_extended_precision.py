@@ -102,5 +102,21 @@ def test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double(monkeypatch)
     """sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15: the width needs the long double power
     (``test_refinement_chains``), and it is taken."""
     flags = _extended_flags(monkeypatch)
+    tilt_module = importlib.import_module("dpforge.accounting.prv.tilt")
+    counts = {"choose": 0, "saddle": 0}
+    choose, saddle = evaluate.choose_tilt, tilt_module._saddle_point
+
+    def counted_choose(*args, **kwargs):
+        counts["choose"] += 1
+        return choose(*args, **kwargs)
+
+    def counted_saddle(*args, **kwargs):
+        counts["saddle"] += 1
+        return saddle(*args, **kwargs)
+
+    monkeypatch.setattr(evaluate, "choose_tilt", counted_choose)
+    monkeypatch.setattr(tilt_module, "_saddle_point", counted_saddle)
     epsilon(Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)]), 1e-15)
     assert any(flags)
+    # the saddle point is searched once per tilt, whichever precision is chosen
+    assert 0 < counts["saddle"] <= counts["choose"]
