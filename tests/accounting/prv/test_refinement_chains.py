@@ -322,3 +322,32 @@ def test_a_staged_probe_reports_its_staged_step(monkeypatch):
     assert result.accuracy["reached"] and not result.accuracy["tilted"]
     assert steps and result.accuracy["grid_step"] == steps[-1]
 
+
+
+def test_moving_to_staging_keeps_the_direct_upper_chain(dpa, monkeypatch):
+    """A subsampled Laplace (b = 1, q = 1e-3, T = 1e5) at delta = 0.1: eps is small
+    (0.0386), the direct lower chain stalls 1.1 % short on 720k points and the refinement
+    moves to staged chunks.  The direct grid's upper chain was already within 2e-5 of its
+    limit, but the staged rounds composed a looser staged upper chain every round, then
+    refined the direct one onto 2M points for nothing (1.4 s against 0.25 s at delta =
+    1e-5).  Now every staged round composes the lower chain only and the upper chain is
+    not refined past the direct grid.  dp-accounting's pessimistic PLD (an upper
+    estimate) lies above the lower bound."""
+    calls = []
+    original = evaluate_module.evaluate
+
+    def spy(components, step, tail, kinds=("upper", "lower"), **options):
+        out = original(components, step, tail, kinds, **options)
+        calls.append((tuple(kinds), bool(options.get("staged")), out.grid_size))
+        return out
+
+    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(Composed([(PoissonSampled(Laplace(1.0), 1e-3), 100_000)]), 0.1)
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    assert any(staged for _, staged, _ in calls)
+    assert all(kinds == ("lower",) for kinds, staged, _ in calls if staged)
+    assert max(size for kinds, _, size in calls if "upper" in kinds) <= 2**20
+    assert result.lower <= _pld_pessimistic(1.0, 1e-3, 100_000, 0.1, 1e-4)
