@@ -294,3 +294,35 @@ def test_the_saddle_point_puts_the_tilted_mean_at_the_target_in_a_few_evaluation
         middle = 0.5 * (low + high)
         low, high = (middle, high) if original(measures, middle)[0] < target else (low, middle)
     assert theta == pytest.approx(0.5 * (low + high), rel=1e-5)
+
+
+@pytest.mark.parametrize("start", [(3.0, 10.0, 30.0, 100.0), (1e-4, 3e-4, 1e-3, 3e-3)])
+def test_chernoff_window_edges_reach_the_best_exponent(start):
+    """A tilted law with a heavy upper tail (compound Poisson with Gaussian jumps:
+    K(lam) = a (e^{m lam + v lam^2 / 2} - 1)) wants exponents far from where the starting
+    set is centred; each window edge must still come within 1 % of the best Chernoff
+    bound (K(lam) - log tail) / lam over a dense scan (sigma = 0.3, q = 1e-6, T = 1e3 at
+    delta = 1e-15 had a 398-nat tilted window where lam = 0.54 bounds it at 64).  Any
+    exponent gives a valid bound, so the edge may never lie below the scan's best either."""
+    from dpforge.accounting.prv.compose import refine_lambdas
+
+    rate, jump, variance, log_tail = 1e-3, 5.6, 11.0, -31.15
+
+    def cumulant(lam):
+        lam = np.asarray(lam, dtype=float)
+        with np.errstate(over="ignore"):
+            return rate * np.expm1(jump * lam + 0.5 * variance * lam**2)
+
+    start = np.array(start)
+    lam, values = refine_lambdas(np.concatenate([start, -start]), cumulant(np.concatenate([start, -start])), log_tail, cumulant)
+    assert np.allclose(values, cumulant(lam))
+    positive = lam > 0
+    with np.errstate(invalid="ignore", over="ignore"):
+        top = np.nanmin((values[positive] - log_tail) / lam[positive])
+        bottom = np.nanmax((values[~positive] - log_tail) / lam[~positive])
+    scan = np.geomspace(1e-7, 1e3, 200_001)
+    with np.errstate(over="ignore"):
+        best_top = np.min((cumulant(scan) - log_tail) / scan)
+        best_bottom = np.max((cumulant(-scan) - log_tail) / -scan)
+    assert best_top * (1 - 1e-9) <= top <= 1.15 * best_top
+    assert 1.15 * best_bottom <= bottom <= best_bottom * (1 - 1e-9)
