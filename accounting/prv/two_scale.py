@@ -170,14 +170,20 @@ def two_scale_chunks(
         fine = span / fine_points
         bulk, rest, rho = build(loss, step, fine, low, high, split)
     # G_n = B~^{*n} on the fine grid, then onto the coarse grid at one phase (the largest
-    # count's), so that every term of every chunk lies on one lattice
-    phase = None
+    # count's), so that every term of every chunk lies on one lattice; each power is
+    # centred as it comes and dropped (only the centred laws are held)
+    laws = [
+        (count, *_centred_law(composed.positions, composed.lower_masses(), step))
+        for count, composed in zip(counts, compose_powers(bulk, counts, inner_tail))
+    ]
+    largest = laws[-1][1]
+    phase = _choose_phase(largest, step, float(largest.positions[0]), float(largest.positions[-1]))
+    del largest
     coarse: dict[int, GridMeasure] = {}
-    for count, composed in reversed(list(zip(counts, compose_powers(bulk, counts, inner_tail)))):
-        law, whole = _centred_law(composed.positions, composed.lower_masses(), step)
-        if phase is None:
-            phase = _choose_phase(law, step, float(law.positions[0]), float(law.positions[-1]))
+    while laws:  # each law dropped once on the coarse grid (with the sums it formed there)
+        count, law, whole = laws.pop()
         coarse[count] = _coarse_lower(law, whole, step, phase)
+    del law
     return {size: _sum_of_products([coarse[size - k] for k in range(terms + 1)], rest, size, terms, theta) for size in sizes}
 
 
