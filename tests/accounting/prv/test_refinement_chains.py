@@ -351,3 +351,21 @@ def test_moving_to_staging_keeps_the_direct_upper_chain(dpa, monkeypatch):
     assert all(kinds == ("lower",) for kinds, staged, _ in calls if staged)
     assert max(size for kinds, _, size in calls if "upper" in kinds) <= 2**20
     assert result.lower <= _pld_pessimistic(1.0, 1e-3, 100_000, 0.1, 1e-4)
+
+
+def test_a_staged_law_without_atoms_takes_finer_chunk_grids_before_a_shortfall():
+    """sigma = 1, q = 1e-5, T = 1e5 (one expected sampled step) at delta = 1e-15: the
+    staged lower chain's chunks set the width once the upper chain had converged, and
+    finer chunk grids were tried only for laws with atoms, so the call stopped at
+    [0.0368505, 0.0368949], 1.2e-3 wide (flagged).  One round on 4x finer chunk grids
+    meets the width.  Both brackets are certified, so a run asked for a looser width
+    must overlap this one; RDP's certified upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(1.0), 1e-5), 100_000)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, 1e-15)
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    looser = epsilon(description, 1e-15, relative_accuracy=3e-3)
+    assert result.lower <= looser.upper and looser.lower <= result.upper
+    assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
