@@ -2,6 +2,7 @@
 """Does the prv engine reach the width it is asked for across the whole domain?
 
     python benchmarks/width_sweep.py [--quick] [--timeout 120] [--json-out FILE]
+    python benchmarks/width_sweep.py --random 60 [--seed 12] [--json-out FILE]
 
 Sweeps Poisson-subsampled Gaussian and Laplace descriptions over noise 0.3-100,
 sampling rate 1e-6-1, steps 1-1e7 and delta 1e-15-0.1 (the domain of the engine's accuracy
@@ -11,6 +12,13 @@ bracket, its relative width, whether the engine says it reached the 1e-3 asked
 (``accuracy["reached"]``), whether it warned, the time, and the time relative to the same
 description at delta = 1e-5.  A call that misses the width must say so (reached False and
 a warning); the summary counts silent misses separately, and there must be none.
+
+The grid above holds four deltas and three sampling rates.  ``--random N`` draws N
+descriptions inside the same domain instead (noise, q and T log-uniform, q = 1 a sixth of
+the time, Gaussian two draws in three; delta log-uniform in [1e-15, 0.1]) and asks each at
+delta = 1e-5 (the time reference) and at its drawn delta, so that rates such as 1e-5 and
+deltas such as 1e-12 are seen too (results in ``width_sweep_random.json`` unless
+``--json-out`` says otherwise).
 """
 
 from __future__ import annotations
@@ -18,13 +26,16 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import math
 import multiprocessing as mp
+import random
 import statistics
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_JSON = HERE / "results" / "width_sweep.json"
+DEFAULT_RANDOM_JSON = HERE / "results" / "width_sweep_random.json"
 
 NOISES = (0.3, 1.0, 10.0, 100.0)
 RATES = (1e-6, 1e-3, 1.0)
@@ -75,6 +86,16 @@ def run_one(kind: str, noise: float, rate: float, steps: int, delta: float, time
         process.join()
         return {"error": f"timeout after {timeout:g} s"}
     return queue.get() if not queue.empty() else {"error": f"child exited with {process.exitcode}"}
+
+
+def draw(rng: random.Random) -> tuple[str, float, float, int, float]:
+    """(kind, noise, sampling rate, steps, delta), log-uniform over the grid's domain."""
+    kind = rng.choice(("gaussian", "gaussian", "laplace"))
+    noise = 10 ** rng.uniform(math.log10(min(NOISES)), math.log10(max(NOISES)))
+    rate = 1.0 if rng.random() < 1 / 6 else 10 ** rng.uniform(math.log10(min(RATES)), 0.0)
+    steps = int(round(10 ** rng.uniform(0.0, math.log10(max(STEPS)))))
+    delta = 10 ** rng.uniform(math.log10(min(DELTAS)), math.log10(max(DELTAS)))
+    return kind, noise, rate, steps, delta
 
 
 def summarise(rows: list[dict]) -> dict:
@@ -128,7 +149,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="steps up to 1e5 only")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
-    parser.add_argument("--json-out", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--random", type=int, metavar="N", help="N random descriptions instead of the grid")
+    parser.add_argument("--seed", type=int, default=12, help="seed of --random (default 12)")
+    parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument(
         "--summarise", type=Path, metavar="FILE", help="recompute the summary of a saved results FILE (no calls) and rewrite it"
     )
@@ -139,10 +162,21 @@ def main() -> None:
         print(json.dumps(saved["summary"], indent=2))
         args.summarise.write_text(json.dumps(saved, indent=1) + "\n")
         return
+    if args.random:
+        rng = random.Random(args.seed)
+        cases = []
+        for _ in range(args.random):
+            kind, noise, rate, steps, delta = draw(rng)
+            cases.append((kind, noise, rate, steps, (1e-5, delta)))
+        json_out = args.json_out or DEFAULT_RANDOM_JSON
+    else:
+        grid = itertools.product(("gaussian", "laplace"), NOISES, RATES, QUICK_STEPS if args.quick else STEPS)
+        cases = [(*case, DELTAS) for case in grid]
+        json_out = args.json_out or DEFAULT_JSON
     rows = []
-    for kind, noise, rate, steps in itertools.product(("gaussian", "laplace"), NOISES, RATES, QUICK_STEPS if args.quick else STEPS):
+    for kind, noise, rate, steps, deltas in cases:
         base_seconds = None
-        for delta in sorted(DELTAS, key=lambda d: d != 1e-5):  # delta = 1e-5 first: the time reference
+        for delta in sorted(deltas, key=lambda d: d != 1e-5):  # delta = 1e-5 first: the time reference
             row = {"kind": kind, "noise": noise, "sampling_rate": rate, "steps": steps, "delta": delta}
             row.update(run_one(kind, noise, rate, steps, delta, args.timeout))
             if delta == 1e-5 and "error" not in row and row["upper"] > 0:
@@ -158,8 +192,9 @@ def main() -> None:
             print(f"{kind:8s} noise={noise:<5g} q={rate:<6g} T={steps:<8d} delta={delta:<6g} {status}", flush=True)
     summary = summarise(rows)
     print(json.dumps(summary, indent=2))
-    args.json_out.parent.mkdir(parents=True, exist_ok=True)
-    args.json_out.write_text(json.dumps({"summary": summary, "rows": rows}, indent=1) + "\n")
+    settings = {"random": args.random, "seed": args.seed} if args.random else {"quick": args.quick}
+    json_out.parent.mkdir(parents=True, exist_ok=True)
+    json_out.write_text(json.dumps({"settings": settings, "summary": summary, "rows": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
