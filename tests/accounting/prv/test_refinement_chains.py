@@ -20,6 +20,21 @@ evaluate_module = importlib.import_module("dpforge.accounting.prv.evaluate")
 compose_module = importlib.import_module("dpforge.accounting.prv.compose")
 
 
+def _recorded_evaluations(monkeypatch) -> list[dict]:
+    """Every evaluation the refinement makes from now on, in order: its step, bound kinds,
+    keyword options (``staged``, ``tilt_at``, ...) and grid size."""
+    records: list[dict] = []
+    original = evaluate_module.evaluate
+
+    def recording(components, step, tail, kinds=("upper", "lower"), **options):
+        out = original(components, step, tail, kinds, **options)
+        records.append({"step": step, "kinds": tuple(kinds), "grid_size": out.grid_size, **options})
+        return out
+
+    monkeypatch.setattr(evaluate_module, "evaluate", recording)
+    return records
+
+
 def _pld_pessimistic(scale: float, rate: float, steps: int, target: float, interval: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution as pldm
 
@@ -238,17 +253,9 @@ def test_log_normal_bulk_is_staged_on_grids_the_width_needs(dpa, monkeypatch):
     and the upper chain is refined first only when its estimated error is half the width.
     dp-accounting's pessimistic PLD is an upper estimate our lower bound stays below."""
     description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 1000)])
-    grids: list[tuple[tuple[str, ...], int]] = []
-    original = evaluate_module.evaluate
-
-    def recording(*args, **kwargs):
-        out = original(*args, **kwargs)
-        grids.append((tuple(kwargs.get("kinds", ("upper", "lower"))), out.grid_size))
-        return out
-
-    monkeypatch.setattr(evaluate_module, "evaluate", recording)
+    records = _recorded_evaluations(monkeypatch)
     for target in (1e-5, 1e-10):
-        grids.clear()
+        records.clear()
         with warnings.catch_warnings():
             warnings.simplefilter("error", DpforgeAccuracyWarning)
             result = epsilon(description, target)
@@ -256,8 +263,8 @@ def test_log_normal_bulk_is_staged_on_grids_the_width_needs(dpa, monkeypatch):
         assert 0 < result.upper - result.lower <= 1e-3 * result.upper
         assert result.lower <= _pld_gaussian_pessimistic(0.3, 1e-6, 1000, target, 1e-4)
         assert result.upper <= epsilon(description, target, engine="rdp").upper
-        assert max(size for kinds, size in grids if kinds == ("lower",)) <= 4 * evaluate_module._STAGED_POINTS
-        assert max(size for kinds, size in grids if kinds == ("upper",)) <= 2**21
+        assert max(r["grid_size"] for r in records if r["kinds"] == ("lower",)) <= 4 * evaluate_module._STAGED_POINTS
+        assert max(r["grid_size"] for r in records if r["kinds"] == ("upper",)) <= 2**21
 
 
 def test_a_law_piled_near_its_atoms_falls_back_to_the_largest_direct_grid():
@@ -286,20 +293,13 @@ def test_a_staged_probe_that_must_tilt_builds_no_untilted_chunks(monkeypatch):
     chain's chunks are built tilted from the start; untilted, their round-off hid the
     single hits that set eps, and they served only as the tilt's floor (0.96 s of the
     call at delta = 1e-15).  The bracket still meets the width, below RDP's upper bound."""
-    calls = []
-    original = evaluate_module.evaluate
-
-    def spy(components, step, tail, kinds=("upper", "lower"), **options):
-        calls.append((kinds, options.get("staged", False), options.get("tilt_at")))
-        return original(components, step, tail, kinds, **options)
-
-    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    records = _recorded_evaluations(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 1000)])
     with warnings.catch_warnings():
         warnings.simplefilter("error", DpforgeAccuracyWarning)
         result = epsilon(description, 1e-10)
-    assert any(staged and tilt_at is not None for _, staged, tilt_at in calls)
-    assert not any(staged and tilt_at is None for _, staged, tilt_at in calls)
+    assert any(r.get("staged") and r.get("tilt_at") is not None for r in records)
+    assert not any(r.get("staged") and r.get("tilt_at") is None for r in records)
     assert result.accuracy["reached"]
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
 
@@ -309,19 +309,11 @@ def test_a_staged_probe_reports_its_staged_step(monkeypatch):
     delta = 1e-5) composes a direct lower chain on the upper chain's grid beside the
     staged one; the result still reports the staged chain's step, which verify's prefix
     passes use as their grid (it reported the upper chain's, half of it, for one commit)."""
-    steps = []
-    original = evaluate_module.evaluate
-
-    def spy(components, step, tail, kinds=("upper", "lower"), **options):
-        if options.get("staged"):
-            steps.append(step)
-        return original(components, step, tail, kinds, **options)
-
-    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    records = _recorded_evaluations(monkeypatch)
     result = epsilon(Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 1_000_000)]), 1e-5)
+    steps = [r["step"] for r in records if r.get("staged")]
     assert result.accuracy["reached"] and not result.accuracy["tilted"]
     assert steps and result.accuracy["grid_step"] == steps[-1]
-
 
 
 def test_moving_to_staging_keeps_the_direct_upper_chain(dpa, monkeypatch):
@@ -333,23 +325,15 @@ def test_moving_to_staging_keeps_the_direct_upper_chain(dpa, monkeypatch):
     1e-5).  Now every staged round composes the lower chain only and the upper chain is
     not refined past the direct grid.  dp-accounting's pessimistic PLD (an upper
     estimate) lies above the lower bound."""
-    calls = []
-    original = evaluate_module.evaluate
-
-    def spy(components, step, tail, kinds=("upper", "lower"), **options):
-        out = original(components, step, tail, kinds, **options)
-        calls.append((tuple(kinds), bool(options.get("staged")), out.grid_size))
-        return out
-
-    monkeypatch.setattr(evaluate_module, "evaluate", spy)
+    records = _recorded_evaluations(monkeypatch)
     with warnings.catch_warnings():
         warnings.simplefilter("error", DpforgeAccuracyWarning)
         result = epsilon(Composed([(PoissonSampled(Laplace(1.0), 1e-3), 100_000)]), 0.1)
     assert result.accuracy["reached"]
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
-    assert any(staged for _, staged, _ in calls)
-    assert all(kinds == ("lower",) for kinds, staged, _ in calls if staged)
-    assert max(size for kinds, _, size in calls if "upper" in kinds) <= 2**20
+    assert any(r.get("staged") for r in records)
+    assert all(r["kinds"] == ("lower",) for r in records if r.get("staged"))
+    assert max(r["grid_size"] for r in records if "upper" in r["kinds"]) <= 2**20
     assert result.lower <= _pld_pessimistic(1.0, 1e-3, 100_000, 0.1, 1e-4)
 
 
