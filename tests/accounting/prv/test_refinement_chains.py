@@ -20,6 +20,17 @@ evaluate_module = importlib.import_module("dpforge.accounting.prv.evaluate")
 compose_module = importlib.import_module("dpforge.accounting.prv.compose")
 
 
+def _meets_the_width(description, target: float):
+    """``epsilon(description, target)`` with accuracy warnings raised as errors, checked to
+    report the default width 1e-3 as reached and to have a bracket that narrow."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DpforgeAccuracyWarning)
+        result = epsilon(description, target)
+    assert result.accuracy["reached"]
+    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    return result
+
+
 def _recorded_evaluations(monkeypatch) -> list[dict]:
     """Every evaluation the refinement makes from now on, in order: its step, bound kinds,
     keyword options (``staged``, ``tilt_at``, ...) and grid size."""
@@ -64,11 +75,7 @@ def test_atoms_far_below_one_nat_keep_a_margin_of_their_own_size(dpa):
     eps of 5.2e-6: the lower bound stopped at 5.17598e-6 whatever the grid (1.19e-3 wide,
     flagged).  The margin is now 256 ulps of the atoms themselves.  dp-accounting's
     pessimistic PLD (h = 2e-9) is an upper estimate our lower bound stays below."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(Composed([(PoissonSampled(Laplace(10.0), 1e-6), 100_000)]), 1e-5)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    result = _meets_the_width(Composed([(PoissonSampled(Laplace(10.0), 1e-6), 100_000)]), 1e-5)
     assert result.lower <= _pld_pessimistic(10.0, 1e-6, 100_000, 1e-5, 2e-9)
 
 
@@ -156,11 +163,7 @@ def test_a_direction_whose_upper_meets_the_others_lower_is_dominated():
 @pytest.mark.slow
 def test_staged_tiny_delta_reaches_the_width():
     description = Composed([(PoissonSampled(Gaussian(0.3), 1e-3), 100_000)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-10)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    result = _meets_the_width(description, 1e-10)
     assert result.upper < 207.0
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
 
@@ -174,11 +177,7 @@ def test_rare_hits_at_tiny_delta_reach_the_width_with_a_long_double_power():
     if compose_module._U_EXTENDED >= compose_module._U:
         pytest.skip("this platform's long double is no more precise than double")
     description = Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-15)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    result = _meets_the_width(description, 1e-15)
     assert result.lower < 0.0029500 < result.upper < 0.00296
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
@@ -256,11 +255,7 @@ def test_log_normal_bulk_is_staged_on_grids_the_width_needs(dpa, monkeypatch):
     records = _recorded_evaluations(monkeypatch)
     for target in (1e-5, 1e-10):
         records.clear()
-        with warnings.catch_warnings():
-            warnings.simplefilter("error", DpforgeAccuracyWarning)
-            result = epsilon(description, target)
-        assert result.accuracy["reached"]
-        assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+        result = _meets_the_width(description, target)
         assert result.lower <= _pld_gaussian_pessimistic(0.3, 1e-6, 1000, target, 1e-4)
         assert result.upper <= epsilon(description, target, engine="rdp").upper
         assert max(r["grid_size"] for r in records if r["kinds"] == ("lower",)) <= 4 * evaluate_module._STAGED_POINTS
@@ -278,11 +273,7 @@ def test_a_law_piled_near_its_atoms_falls_back_to_the_largest_direct_grid():
 
     mechanism = LMO(weights=(0.0, 0.0, 1.0), uniform_low=0.8998921814218571, uniform_high=0.900792073603279)
     description = Composed([(PoissonSampled(mechanism, 0.01), 1000)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-5)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    result = _meets_the_width(description, 1e-5)
     assert result.lower > 0.9985
     assert result.upper <= epsilon(description, 1e-5, engine="rdp").upper
 
@@ -326,11 +317,7 @@ def test_moving_to_staging_keeps_the_direct_upper_chain(dpa, monkeypatch):
     not refined past the direct grid.  dp-accounting's pessimistic PLD (an upper
     estimate) lies above the lower bound."""
     records = _recorded_evaluations(monkeypatch)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(Composed([(PoissonSampled(Laplace(1.0), 1e-3), 100_000)]), 0.1)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    result = _meets_the_width(Composed([(PoissonSampled(Laplace(1.0), 1e-3), 100_000)]), 0.1)
     assert any(r.get("staged") for r in records)
     assert all(r["kinds"] == ("lower",) for r in records if r.get("staged"))
     assert max(r["grid_size"] for r in records if "upper" in r["kinds"]) <= 2**20
@@ -345,11 +332,7 @@ def test_a_staged_law_without_atoms_takes_finer_chunk_grids_before_a_shortfall()
     meets the width.  Both brackets are certified, so a run asked for a looser width
     must overlap this one; RDP's certified upper bound lies above it."""
     description = Composed([(PoissonSampled(Gaussian(1.0), 1e-5), 100_000)])
-    with warnings.catch_warnings():
-        warnings.simplefilter("error", DpforgeAccuracyWarning)
-        result = epsilon(description, 1e-15)
-    assert result.accuracy["reached"]
-    assert 0 < result.upper - result.lower <= 1e-3 * result.upper
+    result = _meets_the_width(description, 1e-15)
     looser = epsilon(description, 1e-15, relative_accuracy=3e-3)
     assert result.lower <= looser.upper and looser.lower <= result.upper
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
