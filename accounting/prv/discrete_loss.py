@@ -37,19 +37,19 @@ class DiscreteLoss:
 
     @cached_property
     def _cum_p(self) -> np.ndarray:
-        return np.concatenate([[0.0], np.cumsum(self.masses)])
+        return _prefix_sums(self.masses)
 
     @cached_property
     def _tail_p(self) -> np.ndarray:
-        return np.concatenate([np.cumsum(self.masses[::-1])[::-1], [0.0]])
+        return _suffix_sums(self.masses)
 
     @cached_property
     def _cum_q(self) -> np.ndarray:
-        return np.concatenate([[0.0], np.cumsum(self.q_masses)])
+        return _prefix_sums(self.q_masses)
 
     @cached_property
     def _tail_q(self) -> np.ndarray:
-        return np.concatenate([np.cumsum(self.q_masses[::-1])[::-1], [0.0]])
+        return _suffix_sums(self.q_masses)
 
     # identity semantics: instances are not interchangeable cache keys
     __hash__ = object.__hash__
@@ -131,3 +131,13 @@ class DiscreteLoss:
             tuple(self.lower_quantile(v) for v in lower_tails),
             tuple(self.upper_quantile(v) for v in upper_tails),
         )
+
+
+def _prefix_sums(values: np.ndarray) -> np.ndarray:
+    """[0, v_0, v_0 + v_1, ..., sum v]: entry k is the sum of the first k values."""
+    return np.concatenate([[0.0], np.cumsum(values)])
+
+
+def _suffix_sums(values: np.ndarray) -> np.ndarray:
+    """[sum v, ..., v_{n-1}, 0]: entry k is the sum of the values from k on."""
+    return np.concatenate([np.cumsum(values[::-1])[::-1], [0.0]])
