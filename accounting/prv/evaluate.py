@@ -27,8 +27,8 @@ from dpforge.accounting.prv.components import (
     loss_moments,
     saddle_exponent,
 )
-from dpforge.accounting.prv.compose import ComposedProfile, compose
-from dpforge.accounting.prv.tilt import choose_tilt, compose_tilted
+from dpforge.accounting.prv.compose import ComposedProfile, compose, extended_precision
+from dpforge.accounting.prv.tilt import allowance_fits, choose_tilt, compose_tilted
 from dpforge.accounting.prv.two_scale import _FINE_POINTS, _FIRST_FINE_POINTS
 from dpforge.errors import DpforgeAccuracyWarning, DpforgeError, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
@@ -185,6 +185,17 @@ def evaluate(
             theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget) if tilt_at is not None else (0.0, False)
             if theta > 0.0:
                 composed = compose_tilted(measures, tail, theta, floor, extended)
+                if (
+                    not extended
+                    and tilt_budget is not None
+                    and extended_precision(measures)
+                    and not allowance_fits(composed, measures[0][0].step, tilt_at, tilt_budget)
+                ):
+                    # double was chosen on the estimated peak, and the composition's own
+                    # allowance does not fit the budget: priced at the bound 1 (long
+                    # double where double cannot fit), as it was before the estimate
+                    theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget, estimate_peak=False)
+                    composed = compose_tilted(measures, tail, theta, floor, extended)
             else:
                 composed = compose(measures, tail)
             del measures

@@ -5,6 +5,7 @@ against an exact (mpmath) cyclic convolution power (what it buys at a tiny delta
 from __future__ import annotations
 
 import importlib
+import warnings
 
 import mpmath as mp
 import numpy as np
@@ -120,3 +121,39 @@ def test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double(monkeypatch)
     assert any(flags)
     # the saddle point is searched once per tilt, whichever precision is chosen
     assert 0 < counts["saddle"] <= counts["choose"]
+
+
+@needs_long_double
+def test_a_long_composition_whose_entries_peak_low_stays_in_double(monkeypatch):
+    """sigma = 26.8, q = 1.35e-6, T = 2.37e6 at delta = 1.3e-10: the composed tilted law
+    peaks near 1e-5, so its double allowance fits the budget (priced at the bound 1 it did
+    not, and every composition took long double at 3.6 times the call's cost).  The
+    bracket reaches the width and overlaps the long double one (both are certified)."""
+    description = Composed([(PoissonSampled(Gaussian(26.8), 1.35e-6), 2_370_000)])
+    flags = _extended_flags(monkeypatch)
+    result = epsilon(description, 1.3e-10)
+    assert result.accuracy["reached"] and result.accuracy["tilted"]
+    assert flags and not any(flags)
+    choose = evaluate.choose_tilt
+    monkeypatch.setattr(evaluate, "choose_tilt", lambda *args, **kwargs: choose(*args, **{**kwargs, "estimate_peak": False}))
+    flags.clear()
+    priced_at_one = epsilon(description, 1.3e-10)
+    assert any(flags)
+    assert result.lower <= priced_at_one.upper and priced_at_one.lower <= result.upper
+
+
+@needs_long_double
+def test_a_double_composition_whose_allowance_does_not_fit_is_composed_again_in_long_double(monkeypatch):
+    """With a peak estimate far too low every eligible tilted composition is tried in
+    double first; sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 needs long double
+    (``test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double``), and each
+    composition whose own allowance does not fit is composed again in long double, so
+    the width is still reached."""
+    tilt_module = importlib.import_module("dpforge.accounting.prv.tilt")
+    monkeypatch.setattr(tilt_module, "_PEAK_SAFETY", 1e-12)
+    flags = _extended_flags(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = epsilon(Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)]), 1e-15)
+    assert result.accuracy["reached"]
+    assert [False, True] in [flags[i : i + 2] for i in range(len(flags) - 1)]
