@@ -116,31 +116,30 @@ def _tilt_kernel(masses, first, step, shift, theta):  # pragma: no cover - jitte
     return top + np.log(total), origin + offset, max(squared / total - offset * offset, 0.0)
 
 
-def _tilted_moments(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> tuple[float, float]:
-    """(mean, variance) of the composed measure after tilting every step by e^{theta x}:
-    sum_i count_i E~_i[x] and sum_i count_i Var~_i[x], the first two derivatives of the
-    composed cumulant at theta."""
-    mean = variance = 0.0
+def _tilted_cumulants(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> tuple[float, float, float]:
+    """(Lambda(theta), mean, variance) of the composed measure after tilting every step by
+    e^{theta x}, in one pass: Lambda(theta) = sum_i count_i log Z_i(theta) and its first
+    two derivatives, sum_i count_i E~_i[x] and sum_i count_i Var~_i[x]."""
+    log_scale = mean = variance = 0.0
     for measure, count in measures:
         log_z, one_mean, one_variance = _tilt_kernel(measure.masses, measure.first_index, measure.step, measure.shift, theta)
+        log_scale += count * log_z
         if math.isfinite(log_z):
             mean += count * one_mean
             variance += count * one_variance
-    return mean, variance
+    return log_scale, mean, variance
+
+
+def _tilted_moments(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> tuple[float, float]:
+    """(mean, variance) of the composed measure after tilting every step by e^{theta x}
+    (:func:`_tilted_cumulants`)."""
+    return _tilted_cumulants(measures, theta)[1:]
 
 
 def tilted_mean(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> float:
     """Mean of the composed measure after tilting every step by e^{theta x}:
     sum_i count_i E~_i[x] (the derivative of the composed cumulant at theta)."""
     return _tilted_moments(measures, theta)[0]
-
-
-def log_scale_at(measures: Sequence[tuple[GridMeasure, int]], theta: float, position: float) -> float:
-    """log S(position) = Lambda(theta) - theta * position, Lambda(theta) = sum_i count_i log Z_i(theta)."""
-    total = 0.0
-    for measure, count in measures:
-        total += count * _tilt_kernel(measure.masses, measure.first_index, measure.step, measure.shift, theta)[0]
-    return total - theta * position
 
 
 def _log_spread(theta: float, step: float) -> float:
@@ -257,13 +256,8 @@ def _fits(
     """Whether the allowance of a tilt by ``theta`` keeps within ``budget`` at ``target``,
     priced at the largest composed entry's bound 1 or (``estimate_peak``) at
     :func:`peak_estimate` at that tilt (one pass over the measures gives both log S and
-    the tilted variance)."""
-    log_scale, variance = 0.0, 0.0
-    for measure, count in measures:
-        log_z, _, one_variance = _tilt_kernel(measure.masses, measure.first_index, measure.step, measure.shift, theta)
-        log_scale += count * log_z
-        if math.isfinite(log_z):
-            variance += count * one_variance
+    the tilted variance: log S(target) = Lambda(theta) - theta target)."""
+    log_scale, _, variance = _tilted_cumulants(measures, theta)
     peak = _peak_at_variance(measures[0][0].step, variance) if estimate_peak else 1.0
     return log_scale - theta * target <= _roundoff_goal(measures, theta, budget, extended, peak)
 
