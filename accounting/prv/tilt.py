@@ -183,7 +183,8 @@ def peak_estimate(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> 
     (:func:`compose_tilted`), and :func:`allowance_fits` checks it.  The bound 1 chose long
     double where the entries peak far lower: sigma = 26.8, q = 1.35e-6, T = 2.37e6 at
     delta = 1.3e-10 peaked at 1.1e-5, as the normal density gives, and its double
-    allowance takes a quarter of the budget where long double cost 3.6 times the call."""
+    allowance takes a quarter of the budget: the call takes 0.10 s in double against
+    0.48 s in long double (medians of 3)."""
     return _peak_at_variance(measures[0][0].step, _tilted_moments(measures, theta)[1])
 
 
