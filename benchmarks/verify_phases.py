@@ -1,18 +1,21 @@
 #!/usr/bin/env python
 """``verify`` on plans of many distinct phases: time and final bracket.
 
-    python benchmarks/verify_phases.py [PHASES ...]   (default: 10 100)
+    python benchmarks/verify_phases.py [PHASES ...] [--rows every|last|both]   (default: 10 100, every)
 
 Phase i of K is a Gaussian with sigma_i = 0.8 + 0.4 i/(K-1), q = 0.01, 10 steps, at
 delta = 1e-5 (the S2 family of compare_peers.py, scaled).  Prints the time, the whole
 plan's bracket, and the widest cumulative row (relative to its upper bound) with the
-number of rows wider than the 1e-3 asked.  Works against dpforge 0.1 as
+number of rows wider than the 1e-3 asked; ``--rows last`` times ``verify_plan(plan,
+rows="last")`` (the whole plan's verdict without the table), ``both`` the two in turn on
+each plan.  Works against dpforge 0.1 as
 well (plans lived in dpforge.accounting.plan there), so two revisions can be compared:
 run it once with each on PYTHONPATH.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 
@@ -23,21 +26,26 @@ except ImportError:  # dpforge 0.1
 
 
 def main() -> int:
-    counts = [int(value) for value in sys.argv[1:]] or [10, 100]
-    for count in counts:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("phases", nargs="*", type=int, default=[10, 100])
+    parser.add_argument("--rows", choices=("every", "last", "both"), default="every")
+    args = parser.parse_args()
+    modes = ("every", "last") if args.rows == "both" else (args.rows,)
+    for count in args.phases:
         phases = tuple(
             Phase("gaussian", 0.8 + 0.4 * i / max(count - 1, 1), sampling_rate=0.01, steps=10) for i in range(count)
         )
         plan = Plan(delta=1e-5, phases=phases)
-        start = time.perf_counter()
-        report = verify_plan(plan)
-        elapsed = time.perf_counter() - start
-        widths = [(row.epsilon_upper - row.epsilon_lower) / row.epsilon_upper for row in report.phases if row.epsilon_upper > 0]
-        wide = sum(width > 1e-3 for width in widths)
-        print(
-            f"{count:5d} phases  {elapsed:8.2f} s  epsilon in [{report.epsilon_lower:.9f}, {report.epsilon_upper:.9f}]"
-            f"  widest row {max(widths):.2e}, {wide} rows wider than 1e-3"
-        )
+        for mode in modes:
+            start = time.perf_counter()
+            report = verify_plan(plan) if mode == "every" else verify_plan(plan, rows=mode)
+            elapsed = time.perf_counter() - start
+            widths = [(row.epsilon_upper - row.epsilon_lower) / row.epsilon_upper for row in report.phases if row.epsilon_upper > 0]
+            wide = sum(width > 1e-3 for width in widths)
+            print(
+                f"{count:5d} phases  rows {mode:5s} {elapsed:8.2f} s  epsilon in [{report.epsilon_lower:.9f}, "
+                f"{report.epsilon_upper:.9f}]  widest row {max(widths):.2e}, {wide} rows wider than 1e-3"
+            )
     return 0
 
 

@@ -61,6 +61,7 @@ COMMAND_FIELDS: dict[str, dict[str, tuple[type, ...]]] = {
         "plan": (str,),
         "budget_epsilon": (*_NUMBER, _NULL),
         "within_budget": (bool, _NULL),
+        "rows": (str,),
         "phases": (list,),
     },
     "lmo search": {"target_epsilon": _NUMBER, "search": (dict,)},

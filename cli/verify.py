@@ -1,8 +1,9 @@
 """``dpforge verify PLAN.toml``: the certified epsilon of a plan file against its budget.
 
-    dpforge verify plan.toml [--budget EPS] [--relative-accuracy R] [--json]
+    dpforge verify plan.toml [--budget EPS] [--rows every|last] [--relative-accuracy R] [--json]
 
-Prints the cumulative certified epsilon after each phase and exits with
+Prints the cumulative certified epsilon after each phase (``--rows last``: after the last
+phase only, the same verdict without the table's cost) and exits with
 :data:`~dpforge.cli.output.EXIT_OK` when it is within the budget (or there is no
 budget), :data:`~dpforge.cli.output.EXIT_OVER_BUDGET` when it is over, and
 :data:`~dpforge.cli.output.EXIT_ACCURACY` when the certified bracket is wider than
@@ -39,6 +40,8 @@ def _plan_path(args: argparse.Namespace) -> str:
 def _print_report(path: str, report: VerifyReport, accuracy: dict[str, Any]) -> None:
     budget = "none" if report.budget_epsilon is None else f"epsilon <= {report.budget_epsilon:.6g}"
     rows = [("plan", path), ("delta", report.delta), ("budget", budget), ("engine", report.engine)]
+    if report.rows == "last":
+        rows.append(("rows", "the last phase only (--rows last)"))
     print(table([*rows, *accuracy_rows(accuracy)]))
     print()
     rows = [(check.label, check.steps, check.epsilon_upper, check.epsilon_lower) for check in report.phases]
@@ -75,7 +78,7 @@ def _command_verify(args: argparse.Namespace) -> int:
         plan = dataclasses.replace(plan, budget_epsilon=budget)
     with warnings.catch_warnings():  # a shortfall is stated below, in one line
         warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        report = verify_plan(plan, relative_accuracy=relative_accuracy)
+        report = verify_plan(plan, relative_accuracy=relative_accuracy, rows=args.rows)
     data = command_object("verify", report.to_dict(), plan.description(), plan=path)
     if args.json:
         print_json(data)
@@ -89,7 +92,8 @@ def _command_verify(args: argparse.Namespace) -> int:
 
 _EXAMPLES = """examples:
   dpforge verify examples/plans/within_budget.toml
-  dpforge verify plan.toml --budget 8 --json"""
+  dpforge verify plan.toml --budget 8 --json
+  dpforge verify long_plan.toml --rows last"""
 
 
 def add_verify_command(subparsers: Any) -> None:
@@ -105,5 +109,12 @@ def add_verify_command(subparsers: Any) -> None:
     verify.add_argument("plan_file", nargs="?", metavar="PLAN", help="TOML plan file")
     verify.add_argument("--plan", metavar="FILE", help="TOML plan file (instead of the positional argument)")
     verify.add_argument("--budget", metavar="EPS", help="budget epsilon >= 0; overrides [budget] in the plan")
+    verify.add_argument(
+        "--rows",
+        choices=("every", "last"),
+        default="every",
+        help="cumulative rows to print: after every phase (default) or only after the last, which gives the same "
+        "verdict and certified upper bound without the table's cost",
+    )
     flags.add_common_flags(verify)
     verify.set_defaults(handler=_command_verify)

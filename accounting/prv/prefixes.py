@@ -117,12 +117,8 @@ def epsilon_prefixes(
         raise ParameterError("parts must hold at least one description")
     groups: list[list[Component]] = [flatten(part) for part in parts]
     whole = [component for group in groups for component in group]
-    full = prv_epsilon(
-        whole_description(whole),
-        delta,
-        relative_accuracy=relative_accuracy,
-        max_refinements=max_refinements,
-        memory_budget=memory_budget_bytes,
+    full = epsilon_of_all(
+        parts, delta, relative_accuracy=relative_accuracy, max_refinements=max_refinements, memory_budget_bytes=memory_budget_bytes
     )
     if len(parts) == 1:
         return [full]
@@ -215,6 +211,28 @@ def epsilon_prefixes(
             )
         )
     return [*results, full]
+
+
+def epsilon_of_all(
+    parts: Sequence[Description],
+    delta: float,
+    *,
+    relative_accuracy: float = 1e-3,
+    max_refinements: int = 6,
+    memory_budget_bytes: float | None = None,
+) -> EpsilonResult:
+    """Certified (lower, upper) epsilon(delta) of all the parts composed: the last row of
+    :func:`epsilon_prefixes`, without the rows before it."""
+    delta = require_probability_open("delta", delta)
+    if not parts:
+        raise ParameterError("parts must hold at least one description")
+    return prv_epsilon(
+        whole_description([component for part in parts for component in flatten(part)]),
+        delta,
+        relative_accuracy=relative_accuracy,
+        max_refinements=max_refinements,
+        memory_budget=memory_budget_bytes,
+    )
 
 
 def whole_description(components: Sequence[Component]) -> Description:

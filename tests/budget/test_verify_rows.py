@@ -8,6 +8,7 @@ nothing saying so.
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from dpforge.accounting.prv import prefixes
 from dpforge.budget.plan import load_plan
 from dpforge.budget.verify import verify_plan
 from dpforge.cli.main import main
+from dpforge.cli.schema import validate
 from dpforge.errors import DpforgeAccuracyWarning
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "plans"
@@ -50,3 +52,41 @@ def test_rows_left_wider_than_asked_are_marked_and_counted(monkeypatch, capsys):
     # the command says so under its table, and still passes on the last row
     assert main(["verify", str(EXAMPLES / "within_budget.toml")]) == 0
     assert "note: 1 of 3 rows are wider than the accuracy asked" in capsys.readouterr().out
+
+
+def test_rows_last_gives_the_whole_plans_verdict_and_upper_bound_without_the_table():
+    """``rows="last"``: one row, the whole plan's epsilon; the same upper bound and
+    verdict as the table's last row, and a lower bound no higher than the table's (which
+    also takes the earlier rows' lower bounds)."""
+    plan = load_plan(EXAMPLES / "within_budget.toml")
+    every = verify_plan(plan)
+    last = verify_plan(plan, rows="last")
+    assert len(every.phases) == len(plan.phases) > 1 and len(last.phases) == 1
+    row = last.phases[0]
+    assert (row.index, row.label, row.steps) == (every.phases[-1].index, every.phases[-1].label, every.phases[-1].steps)
+    assert last.epsilon_upper == every.epsilon_upper == row.epsilon_upper
+    assert last.within_budget == every.within_budget
+    assert last.epsilon_lower <= every.epsilon_lower <= every.epsilon_upper
+    assert row.reached and last.accuracy_summary()["reached"]
+    assert last.to_dict()["rows"] == "last" and every.to_dict()["rows"] == "every"
+
+
+def test_rows_must_be_every_or_last():
+    plan = load_plan(EXAMPLES / "within_budget.toml")
+    with pytest.raises(ValueError, match="rows must be one of 'every', 'last', got 'some'"):
+        verify_plan(plan, rows="some")
+
+
+def test_verify_rows_last_on_the_command_line(capsys):
+    over = str(EXAMPLES / "over_budget.toml")
+    assert main(["verify", over, "--rows", "last", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert validate(data) == [] and data["rows"] == "last" and len(data["phases"]) == 1
+    assert main(["verify", over, "--json"]) == 1
+    table = json.loads(capsys.readouterr().out)
+    assert table["rows"] == "every" and len(table["phases"]) > 1
+    assert data["epsilon_upper"] == table["epsilon_upper"] == data["phases"][0]["epsilon_upper"]
+    assert main(["verify", over, "--rows", "some"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    assert err.startswith("dpforge: error: ") and "--rows" in err and "'last'" in err
