@@ -111,7 +111,7 @@ def add_verify_command(subparsers: Any) -> None:
     verify.add_argument("--budget", metavar="EPS", help="budget epsilon >= 0; overrides [budget] in the plan")
     verify.add_argument(
         "--rows",
-        choices=("every", "last"),
+        choices=("every", "last"),  # budget.verify.ROWS, spelled here: parsing imports no library module
         default="every",
         help="cumulative rows to print: after every phase (default) or only after the last, which gives the same "
         "verdict and certified upper bound without the table's cost",
