@@ -117,9 +117,7 @@ def epsilon_prefixes(
         raise ParameterError("parts must hold at least one description")
     groups: list[list[Component]] = [flatten(part) for part in parts]
     whole = [component for group in groups for component in group]
-    full = epsilon_of_all(
-        parts, delta, relative_accuracy=relative_accuracy, max_refinements=max_refinements, memory_budget_bytes=memory_budget_bytes
-    )
+    full = _epsilon_of_components(whole, delta, relative_accuracy, max_refinements, memory_budget_bytes)
     if len(parts) == 1:
         return [full]
     if full.accuracy["grid_step"] is None:
@@ -226,8 +224,20 @@ def epsilon_of_all(
     delta = require_probability_open("delta", delta)
     if not parts:
         raise ParameterError("parts must hold at least one description")
+    components = [component for part in parts for component in flatten(part)]
+    return _epsilon_of_components(components, delta, relative_accuracy, max_refinements, memory_budget_bytes)
+
+
+def _epsilon_of_components(
+    components: Sequence[Component],
+    delta: float,
+    relative_accuracy: float,
+    max_refinements: int,
+    memory_budget_bytes: float | None,
+) -> EpsilonResult:
+    """The prv engine's epsilon of the flattened components composed (the parts' checks done)."""
     return prv_epsilon(
-        whole_description([component for part in parts for component in flatten(part)]),
+        whole_description(components),
         delta,
         relative_accuracy=relative_accuracy,
         max_refinements=max_refinements,

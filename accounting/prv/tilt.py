@@ -173,10 +173,11 @@ def _roundoff_goal(
     return math.log(budget) - math.log(roundoff) - _log_spread(theta, step)
 
 
-def peak_estimate(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> float:
-    """An estimate of the largest entry of the composed measure tilted by ``theta``:
-    ``_PEAK_SAFETY`` times the local limit theorem's h / sqrt(2 pi sigma~^2) (Gnedenko
-    1948; Petrov 1975, ch. VII), sigma~^2 the composed tilted variance, capped at 1.
+def peak_estimate(step: float, variance: float) -> float:
+    """An estimate of the largest entry of a composed tilted measure on a grid of ``step``
+    whose variance is ``variance`` (sigma~^2, :func:`_tilted_cumulants`): ``_PEAK_SAFETY``
+    times the local limit theorem's h / sqrt(2 pi sigma~^2) (Gnedenko 1948; Petrov 1975,
+    ch. VII), capped at 1 (and 1 without a positive variance).
 
     It only chooses between a double and a long double power (:func:`choose_tilt`); the
     allowance a composition carries is always taken on its own largest entry
@@ -185,11 +186,6 @@ def peak_estimate(measures: Sequence[tuple[GridMeasure, int]], theta: float) -> 
     delta = 1.3e-10 peaked at 1.1e-5, as the normal density gives, and its double
     allowance takes a quarter of the budget: the call takes 0.10 s in double against
     0.48 s in long double (medians of 3)."""
-    return _peak_at_variance(measures[0][0].step, _tilted_moments(measures, theta)[1])
-
-
-def _peak_at_variance(step: float, variance: float) -> float:
-    """:func:`peak_estimate` from the composed tilted variance."""
     if not variance > 0.0:
         return 1.0
     return min(1.0, _PEAK_SAFETY * step / math.sqrt(2.0 * math.pi * variance))
@@ -259,7 +255,7 @@ def _fits(
     :func:`peak_estimate` at that tilt (one pass over the measures gives both log S and
     the tilted variance: log S(target) = Lambda(theta) - theta target)."""
     log_scale, _, variance = _tilted_cumulants(measures, theta)
-    peak = _peak_at_variance(measures[0][0].step, variance) if estimate_peak else 1.0
+    peak = peak_estimate(measures[0][0].step, variance) if estimate_peak else 1.0
     return log_scale - theta * target <= _roundoff_goal(measures, theta, budget, extended, peak)
 
 

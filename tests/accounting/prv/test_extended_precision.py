@@ -158,33 +158,3 @@ def test_a_double_composition_whose_allowance_does_not_fit_is_composed_again_in_
     assert result.accuracy["reached"]
     assert [False, True] in [flags[i : i + 2] for i in range(len(flags) - 1)]
 
-
-def _gaussian_epsilon(mu: float, delta: float) -> float:
-    """Exact eps(delta) of a Gaussian of sensitivity-to-noise ratio mu (Balle & Wang 2018,
-    Thm. 8), by bisection in mpmath."""
-    with mp.workdps(40):
-        m, target = mp.mpf(mu), mp.mpf(delta)
-        low, high = mp.mpf(0), mp.mpf(10) * (m * m + 10)
-        for _ in range(200):
-            middle = (low + high) / 2
-            if mp.ncdf(-middle / m + m / 2) - mp.exp(middle) * mp.ncdf(-middle / m - m / 2) > target:
-                low = middle
-            else:
-                high = middle
-        return float(high)
-
-
-@needs_long_double
-@pytest.mark.parametrize("sigma", [3000.0, 10000.0])
-def test_a_long_unsampled_gaussian_composed_in_double_brackets_the_exact_epsilon(monkeypatch, sigma):
-    """T = 1e7 steps of a Gaussian on the grids at delta = 1e-15: priced at the bound 1,
-    one tilted composition took long double; on the estimated peak every one is composed
-    in double, and the bracket still holds the exact eps of one Gaussian with
-    mu = sqrt(T) / sigma and meets the width."""
-    steps, delta = 10_000_000, 1e-15
-    flags = _extended_flags(monkeypatch)
-    result = epsilon(Composed([(Gaussian(sigma), steps)]), delta, closed_form=False)
-    exact = _gaussian_epsilon(steps**0.5 / sigma, delta)
-    assert flags and not any(flags)
-    assert result.accuracy["reached"]
-    assert result.lower <= exact <= result.upper
