@@ -23,7 +23,6 @@ Every assertion ``lower <= exact <= upper`` allows only a float-conversion slack
 
 from __future__ import annotations
 
-import importlib
 import json
 
 import math
@@ -151,20 +150,12 @@ def test_gaussian_epsilon_brackets_exact_many_steps_tiny_delta(closed_form):
     np.finfo(np.longdouble).eps >= np.finfo(float).eps, reason="this platform's long double is no more precise than double"
 )
 @pytest.mark.parametrize("sigma", [3000.0, 10000.0])
-def test_a_long_gaussian_composed_in_double_on_the_grids_brackets_exact(monkeypatch, sigma):
+def test_a_long_gaussian_composed_in_double_on_the_grids_brackets_exact(extended_flags, sigma):
     """T = 1e7 steps on the grids at delta = 1e-15: priced at the peak's bound 1, one tilted
     composition took long double; priced at the estimated peak (.tilt.peak_estimate) every
     one is composed in double, and the bracket still holds the exact epsilon and reaches
     the width."""
-    evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
-    flags: list[bool] = []
-    original = evaluate.compose_tilted
-
-    def spy(measures, tail, theta, floor, extended=False):
-        flags.append(extended)
-        return original(measures, tail, theta, floor, extended)
-
-    monkeypatch.setattr(evaluate, "compose_tilted", spy)
+    flags = extended_flags
     steps, delta = 10_000_000, 1e-15
     result = dpforge_epsilon(Composed([(Gaussian(sigma), steps)]), delta, closed_form=False)
     exact = gaussian_epsilon_exact(math.sqrt(steps) / sigma, delta)

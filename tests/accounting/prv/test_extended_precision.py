@@ -75,34 +75,21 @@ def test_extended_precision_is_taken_by_long_compositions_of_few_measures():
     assert not compose.extended_precision([(measure, 1000)] * (compose._EXTENDED_ROWS + 1))
 
 
-def _extended_flags(monkeypatch) -> list[bool]:
-    """Record the ``extended`` argument of every tilted composition."""
-    flags: list[bool] = []
-    original = evaluate.compose_tilted
-
-    def spy(measures, tail, theta, floor, extended=False):
-        flags.append(extended)
-        return original(measures, tail, theta, floor, extended)
-
-    monkeypatch.setattr(evaluate, "compose_tilted", spy)
-    return flags
-
-
-def test_a_tilt_that_fits_its_budget_in_double_stays_in_double(monkeypatch):
+def test_a_tilt_that_fits_its_budget_in_double_stays_in_double(extended_flags):
     """q = 0.004, sigma = 1.1, T = 1e3 at delta = 1e-12: the double allowance fits the
     tilt's budget, so no composition pays for long double (it took 2.1 times the
     delta = 1e-5 call when every tilted composition of 256 steps did)."""
-    flags = _extended_flags(monkeypatch)
+    flags = extended_flags
     result = epsilon(Composed([(PoissonSampled(Gaussian(1.1), 0.004), 1000)]), 1e-12)
     assert result.accuracy["reached"] and result.accuracy["tilted"]
     assert flags and not any(flags)
 
 
 @needs_long_double
-def test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double(monkeypatch):
+def test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double(monkeypatch, extended_flags):
     """sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15: the width needs the long double power
     (``test_refinement_chains``), and it is taken."""
-    flags = _extended_flags(monkeypatch)
+    flags = extended_flags
     tilt_module = importlib.import_module("dpforge.accounting.prv.tilt")
     counts = {"choose": 0, "saddle": 0}
     choose, saddle = evaluate.choose_tilt, tilt_module._saddle_point
@@ -124,13 +111,13 @@ def test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double(monkeypatch)
 
 
 @needs_long_double
-def test_a_long_composition_whose_entries_peak_low_stays_in_double(monkeypatch):
+def test_a_long_composition_whose_entries_peak_low_stays_in_double(monkeypatch, extended_flags):
     """sigma = 26.8, q = 1.35e-6, T = 2.37e6 at delta = 1.3e-10: the composed tilted law
     peaks near 1e-5, so its double allowance fits the budget (priced at the bound 1 it did
     not, and every composition took long double at 3.6 times the call's cost).  The
     bracket reaches the width and overlaps the long double one (both are certified)."""
     description = Composed([(PoissonSampled(Gaussian(26.8), 1.35e-6), 2_370_000)])
-    flags = _extended_flags(monkeypatch)
+    flags = extended_flags
     result = epsilon(description, 1.3e-10)
     assert result.accuracy["reached"] and result.accuracy["tilted"]
     assert flags and not any(flags)
@@ -143,7 +130,7 @@ def test_a_long_composition_whose_entries_peak_low_stays_in_double(monkeypatch):
 
 
 @needs_long_double
-def test_a_double_composition_whose_allowance_does_not_fit_is_composed_again_in_long_double(monkeypatch):
+def test_a_double_composition_whose_allowance_does_not_fit_is_composed_again_in_long_double(monkeypatch, extended_flags):
     """With a peak estimate far too low every eligible tilted composition is tried in
     double first; sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15 needs long double
     (``test_a_tilt_whose_double_allowance_cannot_fit_takes_long_double``), and each
@@ -151,7 +138,7 @@ def test_a_double_composition_whose_allowance_does_not_fit_is_composed_again_in_
     the width is still reached."""
     tilt_module = importlib.import_module("dpforge.accounting.prv.tilt")
     monkeypatch.setattr(tilt_module, "_PEAK_SAFETY", 1e-12)
-    flags = _extended_flags(monkeypatch)
+    flags = extended_flags
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         result = epsilon(Composed([(PoissonSampled(Gaussian(1.0), 1e-6), 100_000)]), 1e-15)
