@@ -461,7 +461,7 @@ def compose_tilted(
     lam, tilted_cumulant = refine_lambdas(lam, tilted_cumulant, log_tail, tilted_at)
     cumulant = np.concatenate([cumulant, *added])
     positive = lam > 0
-    positions, masses, composed = fft_window(
+    positions, masses, composed, pruned = fft_window(
         measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail, extended=extended
     )
     size = composed.size
@@ -485,7 +485,7 @@ def compose_tilted(
     )
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
-    roundoff = max(2.0 * max(-float(masses.min()), 0.0), roundoff_model(total_count, size, extended) * float(masses.max()))
+    roundoff = max(2.0 * max(-float(masses.min()), 0.0), roundoff_model(total_count, size, extended) * float(masses.max())) + pruned
     return TiltedComposition(
         positions,
         masses,

@@ -55,8 +55,8 @@ def test_the_extended_composition_is_within_its_allowance_and_the_double_one_is_
     path really is what produced the first)."""
     measure, count = _rare_hit_measure(), 100_000
     lam, cumulant = np.array([1.0, -1.0]), np.array([400.0, 100.0])  # a window of [-100, 400]
-    _, _, extended = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=True)
-    _, _, double = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=False)
+    _, _, extended, _ = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=True)
+    _, _, double, _ = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=False)
     exact = np.array(_exact_cyclic_power(measure, count, extended.size))
     peak = float(exact.max())
     allowance_extended = compose.roundoff_model(count, extended.size, extended=True) * peak

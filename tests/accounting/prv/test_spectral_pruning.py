@@ -1,0 +1,86 @@
+"""Frequencies whose power is negligible are dropped before the power
+(:func:`dpforge.accounting.prv.compose._kept_frequencies`), and what that can move is
+added to the composition's round-off allowance."""
+
+from __future__ import annotations
+
+import importlib
+
+import mpmath as mp
+import numpy as np
+from scipy import fft as sp_fft
+
+from dpforge.accounting.prv.discretise import GridMeasure
+
+# the module (the package re-exports a function of the same name)
+compose = importlib.import_module("dpforge.accounting.prv.compose")
+
+
+def _bell_measure() -> GridMeasure:
+    """A one-step law over 7 points (a discretised bell), on a unit grid."""
+    masses = np.exp(-0.5 * (np.arange(-3, 4) / 1.2) ** 2)
+    return GridMeasure(-3, masses / masses.sum(), 1.0)
+
+
+def _exact_cyclic_power(measure: GridMeasure, count: int, size: int) -> np.ndarray:
+    """The ``count``-fold cyclic convolution as fft_window places the measure (centred on
+    its mean index), by an exact DFT in mpmath."""
+    row = np.zeros(size)
+    compose._place(row, measure.masses, measure.first_index - int(round(measure.mean_index())))
+    with mp.workdps(40):
+        occupied = [(j, mp.mpf(float(row[j]))) for j in np.flatnonzero(row)]
+        roots = [mp.expjpi(-2 * mp.mpf(k) / size) for k in range(size)]
+        spectrum = [mp.fsum(value * roots[(j * f) % size] for j, value in occupied) ** count for f in range(size)]
+        return np.array(
+            [float(mp.re(mp.fsum(spectrum[f] * mp.conj(roots[(f * k) % size]) for f in range(size))) / size) for k in range(size)]
+        )
+
+
+def test_a_pruned_composition_is_within_its_allowance_of_the_exact_one():
+    """300 steps of a 7-point law on a window of about 256 points: most frequencies are dropped,
+    and every entry stays within the round-off model plus the pruning bound of the exact
+    cyclic power (mpmath), in double and in long double."""
+    measure, count = _bell_measure(), 300
+    lam, cumulant = np.array([1.0, -1.0]), np.array([127.0, 127.0])  # a window of [-127, 127]
+    exact = None
+    for extended in (False, True):
+        _, _, composed, pruned = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=extended)
+        placed = np.zeros((1, composed.size), dtype=np.longdouble if extended else float)
+        compose._place(placed[0], measure.masses, measure.first_index - int(round(measure.mean_index())))
+        keep, _ = compose._kept_frequencies(sp_fft.rfft(placed, axis=1), np.array([count]), composed.size, extended)
+        assert keep.mean() < 0.5 and pruned > 0.0  # the test drops frequencies
+        if exact is None:
+            exact = _exact_cyclic_power(measure, count, composed.size)
+        allowance = compose.roundoff_model(count, composed.size, extended) * float(exact.max()) + pruned
+        assert np.max(np.abs(composed - exact)) <= allowance
+
+
+def test_the_pruning_bound_covers_what_the_dropped_frequencies_carry():
+    """The dropped frequencies' own inverse transform (the full power in long double,
+    restricted to them) is within the returned bound at every entry, and that bound is
+    at most the asked share of the round-off model at the composition's peak."""
+    rng = np.random.default_rng(7)
+    size = 4096
+    masses = rng.random(40) * np.exp(-0.1 * np.arange(40))
+    masses /= masses.sum()
+    for count in (50, 2_000, 100_000):
+        row = np.zeros((1, size), dtype=np.longdouble)
+        row[0, :40] = masses
+        spectra = sp_fft.rfft(row, axis=1)
+        keep, pruned = compose._kept_frequencies(spectra, np.array([count]), size, True)
+        full = spectra[0] ** count
+        dropped = np.where(keep, 0.0, full).astype(complex)
+        carried = sp_fft.irfft(dropped, size)
+        assert np.max(np.abs(carried)) <= pruned
+        peak = float(sp_fft.irfft(full.astype(complex), size).max())
+        assert pruned <= 2.0 * compose._PRUNE_SHARE * compose.roundoff_model(count, size, True) * peak
+        if count == 100_000:
+            assert keep.mean() < 0.05
+
+
+def test_nothing_is_dropped_where_every_frequency_matters():
+    """One step of a law on a window as wide as itself keeps every frequency, and adds
+    nothing to the allowance."""
+    spectra = sp_fft.rfft(np.full((1, 64), 1.0 / 64.0) + np.eye(1, 64), axis=1)
+    keep, pruned = compose._kept_frequencies(spectra, np.array([1]), 64, False)
+    assert keep.all() and pruned == 0.0
