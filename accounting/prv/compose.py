@@ -594,7 +594,7 @@ def _kept_frequencies(spectra: np.ndarray, counts: np.ndarray, size: int, extend
 
     The composed spectrum is |Z_k| = prod_i |z_ik|^{c_i}, and after T steps it is
     negligible at most frequencies: |z| <= 1 - a k^2 makes |z|^T about e^{-T a k^2}, so a
-    composition of 1e5 steps keeps about 1 % of them.  Each |z_ik| is bounded by its
+    composition of 1e5 steps on 1.9M points keeps 0.09 % of them.  Each |z_ik| is bounded by its
     computed modulus plus the transform's error, 4u log2(n) sum_j x_ij = 4u log2(n) z_i0
     (the weights are non-negative; the unit of :func:`roundoff_model`), so M_k = prod_i (|z_ik| + e_i)^{c_i} bounds |Z_k|.  Entry j of
     the inverse transform is (1/n) sum_k w_k Re(Z_k e^{2 pi i jk/n}) with w_k <= 2, so
