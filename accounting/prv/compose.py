@@ -588,34 +588,48 @@ def _power(spectrum: np.ndarray, count: int) -> np.ndarray:
 _PRUNE_SHARE = 1e-3
 
 
-def _kept_frequencies(spectra: np.ndarray, counts: np.ndarray, size: int, extended: bool) -> tuple[np.ndarray, float]:
+def _kept_frequencies(
+    spectra: np.ndarray, counts: np.ndarray, size: int, extended: bool, transform_unit: float | None = None
+) -> tuple[np.ndarray, float]:
     """(which frequencies of prod_i spectra[i]^counts[i] to raise to their powers, the
-    largest change dropping the others can make to an entry of the inverse transform).
+    most that dropping the others can move an entry of the inverse transform).
 
     The composed spectrum is |Z_k| = prod_i |z_ik|^{c_i}, and after T steps it is
     negligible at most frequencies: |z| <= 1 - a k^2 makes |z|^T about e^{-T a k^2}, so a
-    composition of 1e5 steps on 1.9M points keeps 0.09 % of them.  Each |z_ik| is bounded by its
-    computed modulus plus the transform's error, 4u log2(n) sum_j x_ij = 4u log2(n) z_i0
-    (the weights are non-negative; the unit of :func:`roundoff_model`), so M_k = prod_i (|z_ik| + e_i)^{c_i} bounds |Z_k|.  Entry j of
+    composition of 1e5 steps on 1.9M points keeps 0.09 % of them.  Each |z_ik| is bounded
+    by its computed modulus plus e_i = (4 log2(n) + 2) u z_i0, the transform's error (the
+    weights are non-negative, so z_i0 = sum_j x_ij; the unit of :func:`roundoff_model`,
+    with u that of ``spectra``: ``transform_unit``, else that of ``extended``) and the
+    modulus' own rounding, so M_k = prod_i (|z_ik| + e_i)^{c_i} bounds |Z_k|.  Entry j of
     the inverse transform is (1/n) sum_k w_k Re(Z_k e^{2 pi i jk/n}) with w_k <= 2, so
-    setting Z_k = 0 on a set D moves every entry by at most (2/n) sum_{k in D} M_k: that is
-    the second value returned, which the caller adds to its per-entry allowance.  D is the
-    set of M_k below a threshold chosen so that this is at most ``_PRUNE_SHARE`` of the
-    round-off model at (2/n) sum_k M_k (a bound on the largest entry); the power of the
-    rest is unchanged.  The powers cost about log2(T) passes over the spectrum, as much as
-    the transform (sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15: 0.18 s of 0.81 in long
-    double)."""
-    unit = _U_EXTENDED if extended else _U
-    errors = _ROUNDING_FACTOR * unit * math.log2(size) * np.abs(spectra[:, 0]).astype(float)
-    with np.errstate(divide="ignore", under="ignore"):
-        log_bound = counts.astype(float) @ np.log(np.abs(spectra).astype(float) + errors[:, None])
-        bound = np.exp(log_bound)
-    total = float(counts.sum())
-    budget = _PRUNE_SHARE * roundoff_model(int(total), size, extended) * 2.0 * float(bound.sum()) / size
-    drop = bound < budget * size / (2.0 * bound.size)
-    if not drop.any():
-        return np.ones(bound.size, dtype=bool), 0.0
-    return ~drop, 2.0 * float(bound[drop].sum()) / size
+    setting Z_k = 0 wherever M_k < t moves no entry by more than (2/n) t times the number
+    dropped: that is the second value returned, which the caller adds to its per-entry
+    allowance.  t = ``_PRUNE_SHARE`` r M_0 / (n/2 + 1), r the round-off model of
+    ``extended``, so that this is at most that share of the model at 2 M_0 / n, a lower
+    bound on (2/n) sum_k M_k, which bounds the largest entry.  The powers of the rest are
+    unchanged.  One row is compared on its squared modulus, |z|^2 < (t^{1/c} - e)^2, and
+    several on sum_i c_i log(|z_i| + e_i) < log t: no exponential per frequency.  The
+    powers cost about log2(T) passes over the spectrum, as much as the transform
+    (sigma = 1, q = 1e-6, T = 1e5 at delta = 1e-15: 0.18 s of 0.81 in long double)."""
+    unit = transform_unit if transform_unit is not None else (_U_EXTENDED if extended else _U)
+    rows = spectra.astype(complex, copy=False)
+    mass = np.abs(rows[:, 0].real)
+    errors = ((_ROUNDING_FACTOR * math.log2(size) + 2.0) * unit + 2.0 * _U) * mass
+    with np.errstate(divide="ignore"):
+        log_mass = float(counts.astype(float) @ np.log(mass + errors))
+    log_threshold = math.log(_PRUNE_SHARE * roundoff_model(int(counts.sum()), size, extended)) + log_mass - math.log(rows.shape[1])
+    if not math.isfinite(log_threshold):
+        return np.ones(rows.shape[1], dtype=bool), 0.0
+    if rows.shape[0] == 1:
+        radius = math.exp(log_threshold / float(counts[0])) - float(errors[0])
+        if radius <= 0.0:
+            return np.ones(rows.shape[1], dtype=bool), 0.0
+        keep = rows[0].real ** 2 + rows[0].imag ** 2 >= radius * radius
+    else:
+        with np.errstate(divide="ignore"):
+            keep = counts.astype(float) @ np.log(np.abs(rows) + errors[:, None]) >= log_threshold
+    dropped = int(keep.size - np.count_nonzero(keep))
+    return keep, 2.0 * dropped * math.exp(log_threshold) / size
 
 
 def fft_window(
@@ -625,7 +639,7 @@ def fft_window(
     cumulant: np.ndarray,
     log_tail: float,
     extended: bool = False,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """The product of transforms of ``weights`` (one array per measure, on its grid; the
     masses themselves or tilted ones), each to its count, on a window where the composed
     law's Chernoff tails (``cumulant`` at ``lam``) are below e^{log_tail}.
@@ -661,8 +675,8 @@ def fft_window(
             _place(placed[row], values, measure.first_index - centre)
             counts[row] = count
             base += count * (centre * step - measure.shift)
-        spectra = sp_fft.rfft(placed, axis=1)
         counts_int = counts.astype(np.int64)
+        spectra = sp_fft.rfft(placed, axis=1)
         if batch == len(measures):  # one batch: frequencies whose power is negligible are dropped
             keep, pruned = _kept_frequencies(spectra, counts_int, size, extended)
             # spectra multiplied (binary powers), not complex logs summed

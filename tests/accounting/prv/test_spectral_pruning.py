@@ -84,3 +84,4 @@ def test_nothing_is_dropped_where_every_frequency_matters():
     spectra = sp_fft.rfft(np.full((1, 64), 1.0 / 64.0) + np.eye(1, 64), axis=1)
     keep, pruned = compose._kept_frequencies(spectra, np.array([1]), 64, False)
     assert keep.all() and pruned == 0.0
+
