@@ -85,3 +85,53 @@ def test_nothing_is_dropped_where_every_frequency_matters():
     keep, pruned = compose._kept_frequencies(spectra, np.array([1]), 64, False)
     assert keep.all() and pruned == 0.0
 
+
+def _rare_hit_row(size: int) -> np.ndarray:
+    """A long double row shaped like a subsampled law at q = 1e-6: a bell of 41 points
+    around 0 and a light tail of mass 1e-6 over 20,000 points."""
+    row = np.zeros(size, dtype=np.longdouble)
+    bell = np.exp(-0.5 * (np.arange(-20, 21) / 6.0) ** 2)
+    row[:41] = (1.0 - 1e-6) * bell / bell.sum()
+    tail = np.exp(-np.arange(20_000) / 3_000.0)
+    row[41:20_041] = 1e-6 * tail / tail.sum()
+    return row
+
+
+def test_split_spectra_match_the_long_double_transform_at_the_kept_frequencies():
+    """The long double spectrum from a double transform plus the long double sums over
+    the largest entries is within the long double transform's term of the allowance,
+    4 u_ld log2(n) sum x, of a long double transform of the whole row; it keeps the same
+    frequencies, and fft_window takes it for a long composition of this law."""
+    size, count = 2**17, 100_000
+    placed = _rare_hit_row(size)[None, :]
+    split = compose._split_spectra(placed, np.array([count]), size)
+    assert split is not None
+    spectra, keep, pruned = split
+    assert keep.mean() < 0.05 and pruned > 0.0
+    full = sp_fft.rfft(placed, axis=1)
+    unit = compose._ROUNDING_FACTOR * compose._U_EXTENDED * np.log2(size) * float(placed.sum())
+    assert np.max(np.abs(spectra - full[:, keep])) <= unit
+    # a double transform alone is far off at that scale (so the sums matter)
+    assert np.max(np.abs(sp_fft.rfft(placed.astype(float), axis=1)[:, keep] - full[:, keep])) > unit
+    kept_in_long_double, _ = compose._kept_frequencies(full, np.array([count]), size, True)
+    assert np.array_equal(keep, kept_in_long_double)
+
+
+def test_an_extended_composition_through_split_spectra_is_within_its_allowance(monkeypatch):
+    """fft_window in long double takes the split spectra for the rare-hit row, and its
+    composition is within the round-off model (plus the pruning bound) of one made from
+    the long double transform of the whole row with every frequency kept."""
+    size, count = 2**17, 100_000
+    row = _rare_hit_row(size)
+    measure = GridMeasure(0, row[:20_041].astype(float), 1.0)
+    lam, cumulant = np.array([1.0, -1.0]), np.array([float(size) - 4000.0, 3000.0])
+    taken = []
+    original = compose._split_spectra
+    monkeypatch.setattr(compose, "_split_spectra", lambda *a: taken.append(original(*a)) or taken[-1])
+    _, _, composed, pruned = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=True)
+    assert taken and taken[0] is not None
+    placed = np.zeros(composed.size, dtype=np.longdouble)
+    compose._place(placed, measure.masses, measure.first_index - int(round(measure.mean_index())))
+    reference = sp_fft.irfft(compose._power(sp_fft.rfft(placed), count).astype(complex), composed.size)
+    allowance = compose.roundoff_model(count, composed.size, True) * float(reference.max()) + pruned
+    assert np.max(np.abs(composed - reference)) <= allowance
