@@ -648,11 +648,11 @@ def _split_spectra(placed: np.ndarray, counts: np.ndarray, size: int) -> tuple[n
     None where the sums below would cost more.
 
     Each row x (non-negative) is split into x_B, its largest entries, and x_S, the rest,
-    whose sum is at most (u_ld / u) / 8 of the row's.  Both transforms are taken in
-    double to choose the kept frequencies (:func:`_kept_frequencies` with the double
-    error); at those frequencies z_k = sum_{j in B} x_j e^{-2 pi i jk/n}, summed in long
-    double (angles reduced exactly as (jk mod n), pairwise sums), plus the double
-    transform of x_S at k.  The first is within about (7 + log2 |B|) u_ld sum x_B, the
+    whose sum is at most (u_ld / u) / 8 of the row's.  The row's double transform chooses
+    the kept frequencies (:func:`_kept_frequencies` with the double error); at those
+    frequencies z_k = sum_{j in B} x_j e^{-2 pi i jk/n}, summed in long double (angles
+    reduced exactly as (jk mod n), pairwise sums), plus the double transform of x_S at k.
+    Where the sums would cost more, that first double transform is the only work lost.  The first is within about (7 + log2 |B|) u_ld sum x_B, the
     second within 4u log2(n) sum x_S <= u_ld log2(n) sum x / 2: together within the
     long double transform's term of the allowance, 4 u_ld log2(n) sum x
     (:func:`roundoff_model`).  A subsampled law's mass sits on a few hundred entries and
