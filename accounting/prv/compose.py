@@ -620,7 +620,7 @@ def _kept_frequencies(
     with np.errstate(divide="ignore"):
         log_mass = float(counts.astype(float) @ np.log(mass + errors))
     log_threshold = math.log(_PRUNE_SHARE * roundoff_model(int(counts.sum()), size, extended)) + log_mass - math.log(rows.shape[1])
-    if not math.isfinite(log_threshold):
+    if not (math.isfinite(log_threshold) and log_threshold < 0.0):  # t < 1: a dropped |z| + e is below 1
         return np.ones(rows.shape[1], dtype=bool), 0.0
     if rows.shape[0] == 1:
         radius = math.exp(log_threshold / float(counts[0])) - float(errors[0])
@@ -812,7 +812,11 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
     the transform raised to its count, and each result carries its own aliasing bounds,
     mass at +inf and round-off allowance, exactly as its own :func:`compose` call would.
     The results come in increasing order of count, each formed when the caller asks for
-    it (a list of a dozen held 17 MiB of S1's 57 MiB peak)."""
+    it (a list of a dozen held 17 MiB of S1's 57 MiB peak).
+
+    Frequencies negligible at the smallest count are dropped for every count
+    (:func:`_kept_frequencies`): a dropped frequency has |z| + e < 1, so its bound only
+    falls as the count grows, and each result's allowance carries the same pruning term."""
     step = measure.step
     lam, unit, edges, spread = _powers_window(measure, counts, tail)
     positive = lam > 0
@@ -826,18 +830,23 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
     _place(row, measure.masses, measure.first_index - centre)
     transform = sp_fft.rfft(row)
     del row
+    keep, pruned = _kept_frequencies(transform[None, :], np.array([min(counts)], dtype=np.int64), size, False)
+    kept = transform[keep]
+    spectrum = np.zeros(transform.size, dtype=complex)
+    del transform
     power, power_count = None, 0
     for count in sorted(counts):
         bottom, _ = edges[count]
         cumulant = count * unit
         # the smallest count by binary powers, each next one by further multiplications
         if power is None or count - power_count > 8:
-            power = _product_of_powers(transform[None, :], np.array([count], dtype=np.int64))
+            power = _product_of_powers(kept[None, :], np.array([count], dtype=np.int64))
         else:
             for _ in range(count - power_count):
-                power = power * transform
+                power = power * kept
         power_count = count
-        composed = sp_fft.irfft(power, size)
+        spectrum[keep] = power
+        composed = sp_fft.irfft(spectrum, size)
         base = count * offset
         first = int(math.floor((bottom - base) / step))
         offsets = np.arange(first, first + size)
@@ -846,5 +855,5 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
         below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
         infinity = composed_infinity([(measure, count)])
         yield ComposedMeasure(
-            positions, composed[offsets % size], above, below, infinity, _roundoff_per_entry(composed, count), size
+            positions, composed[offsets % size], above, below, infinity, _roundoff_per_entry(composed, count) + pruned, size
         )

@@ -135,3 +135,21 @@ def test_an_extended_composition_through_split_spectra_is_within_its_allowance(m
     reference = sp_fft.irfft(compose._power(sp_fft.rfft(placed), count).astype(complex), composed.size)
     allowance = compose.roundoff_model(count, composed.size, True) * float(reference.max()) + pruned
     assert np.max(np.abs(composed - reference)) <= allowance
+
+
+def test_compose_powers_prunes_for_every_count_within_the_allowance():
+    """compose_powers drops the frequencies negligible at its smallest count for every
+    count, and each result is within its allowance (round-off model plus the pruning
+    term) of the full long double power at every entry."""
+    measure = _bell_measure()
+    counts = [300, 302, 301, 340]
+    centre = int(round(measure.mean_index()))
+    for count, composed in zip(sorted(counts), compose.compose_powers(measure, counts, 1e-14)):
+        size = composed.grid_size
+        placed = np.zeros(size, dtype=np.longdouble)
+        compose._place(placed, measure.masses, measure.first_index - centre)
+        reference = sp_fft.irfft(compose._power(sp_fft.rfft(placed), count).astype(complex), size)
+        offsets = np.round((composed.positions - count * (centre * measure.step - measure.shift)) / measure.step).astype(int)
+        assert np.max(np.abs(composed.masses - reference[offsets % size])) <= composed.roundoff
+    keep, _ = compose._kept_frequencies(sp_fft.rfft(placed)[None, :].astype(complex), np.array([300]), size, False)
+    assert keep.mean() < 0.5
