@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from typing import Callable
 
+import mpmath as mp
+import numpy as np
 import pytest
 
 
@@ -21,3 +24,24 @@ def extended_flags(monkeypatch) -> list[bool]:
 
     monkeypatch.setattr(evaluate, "compose_tilted", spy)
     return flags
+
+
+@pytest.fixture
+def exact_cyclic_power() -> Callable:
+    """``power(measure, count, size)``: the ``count``-fold cyclic convolution of a grid
+    measure as :func:`dpforge.accounting.prv.compose.fft_window` places it (centred on its
+    mean index) on ``size`` points, by an exact DFT in mpmath (40 digits)."""
+    compose = importlib.import_module("dpforge.accounting.prv.compose")  # the package re-exports a function of this name
+
+    def power(measure, count: int, size: int) -> np.ndarray:
+        row = np.zeros(size)
+        compose._place(row, measure.masses, measure.first_index - int(round(measure.mean_index())))
+        with mp.workdps(40):
+            occupied = [(j, mp.mpf(float(row[j]))) for j in np.flatnonzero(row)]
+            roots = [mp.expjpi(-2 * mp.mpf(k) / size) for k in range(size)]
+            spectrum = [mp.fsum(value * roots[(j * f) % size] for j, value in occupied) ** count for f in range(size)]
+            return np.array(
+                [float(mp.re(mp.fsum(spectrum[f] * mp.conj(roots[(f * k) % size]) for f in range(size))) / size) for k in range(size)]
+            )
+
+    return power

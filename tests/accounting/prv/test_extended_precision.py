@@ -7,7 +7,6 @@ from __future__ import annotations
 import importlib
 import warnings
 
-import mpmath as mp
 import numpy as np
 import pytest
 
@@ -32,23 +31,8 @@ def _rare_hit_measure() -> GridMeasure:
     return GridMeasure(0, masses, 1.0)
 
 
-def _exact_cyclic_power(measure: GridMeasure, count: int, size: int) -> list:
-    """The ``count``-fold cyclic convolution of the measure as fft_window places it
-    (centred on its mean index), by an exact DFT in mpmath."""
-    row = np.zeros(size)
-    compose._place(row, measure.masses, measure.first_index - int(round(measure.mean_index())))
-    with mp.workdps(40):
-        occupied = [(j, mp.mpf(float(row[j]))) for j in np.flatnonzero(row)]
-        roots = [mp.expjpi(-2 * mp.mpf(k) / size) for k in range(size)]
-        spectrum = [mp.fsum(value * roots[(j * f) % size] for j, value in occupied) ** count for f in range(size)]
-        return [
-            float(mp.re(mp.fsum(spectrum[f] * mp.conj(roots[(f * k) % size]) for f in range(size))) / size)
-            for k in range(size)
-        ]
-
-
 @needs_long_double
-def test_the_extended_composition_is_within_its_allowance_and_the_double_one_is_not():
+def test_the_extended_composition_is_within_its_allowance_and_the_double_one_is_not(exact_cyclic_power):
     """T = 1e5 steps on a 512-point window: the long double composition is within its
     allowance of the exact one, and that allowance is over 1,000 times smaller than the
     double one's; the double composition's actual error exceeds it (so the extended
@@ -57,7 +41,7 @@ def test_the_extended_composition_is_within_its_allowance_and_the_double_one_is_
     lam, cumulant = np.array([1.0, -1.0]), np.array([400.0, 100.0])  # a window of [-100, 400]
     _, _, extended, _ = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=True)
     _, _, double, _ = compose.fft_window([(measure, count)], [measure.masses], lam, cumulant, 0.0, extended=False)
-    exact = np.array(_exact_cyclic_power(measure, count, extended.size))
+    exact = exact_cyclic_power(measure, count, extended.size)
     peak = float(exact.max())
     allowance_extended = compose.roundoff_model(count, extended.size, extended=True) * peak
     allowance_double = compose.roundoff_model(count, extended.size) * peak

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib
 
-import mpmath as mp
 import numpy as np
 from scipy import fft as sp_fft
 
@@ -22,21 +21,7 @@ def _bell_measure() -> GridMeasure:
     return GridMeasure(-3, masses / masses.sum(), 1.0)
 
 
-def _exact_cyclic_power(measure: GridMeasure, count: int, size: int) -> np.ndarray:
-    """The ``count``-fold cyclic convolution as fft_window places the measure (centred on
-    its mean index), by an exact DFT in mpmath."""
-    row = np.zeros(size)
-    compose._place(row, measure.masses, measure.first_index - int(round(measure.mean_index())))
-    with mp.workdps(40):
-        occupied = [(j, mp.mpf(float(row[j]))) for j in np.flatnonzero(row)]
-        roots = [mp.expjpi(-2 * mp.mpf(k) / size) for k in range(size)]
-        spectrum = [mp.fsum(value * roots[(j * f) % size] for j, value in occupied) ** count for f in range(size)]
-        return np.array(
-            [float(mp.re(mp.fsum(spectrum[f] * mp.conj(roots[(f * k) % size]) for f in range(size))) / size) for k in range(size)]
-        )
-
-
-def test_a_pruned_composition_is_within_its_allowance_of_the_exact_one():
+def test_a_pruned_composition_is_within_its_allowance_of_the_exact_one(exact_cyclic_power):
     """300 steps of a 7-point law on a window of about 256 points: most frequencies are dropped,
     and every entry stays within the round-off model plus the pruning bound of the exact
     cyclic power (mpmath), in double and in long double."""
@@ -50,7 +35,7 @@ def test_a_pruned_composition_is_within_its_allowance_of_the_exact_one():
         keep, _ = compose._kept_frequencies(sp_fft.rfft(placed, axis=1), np.array([count]), composed.size, extended)
         assert keep.mean() < 0.5 and pruned > 0.0  # the test drops frequencies
         if exact is None:
-            exact = _exact_cyclic_power(measure, count, composed.size)
+            exact = exact_cyclic_power(measure, count, composed.size)
         allowance = compose.roundoff_model(count, composed.size, extended) * float(exact.max()) + pruned
         assert np.max(np.abs(composed - exact)) <= allowance
 
@@ -153,3 +138,19 @@ def test_compose_powers_prunes_for_every_count_within_the_allowance():
         assert np.max(np.abs(composed.masses - reference[offsets % size])) <= composed.roundoff
     keep, _ = compose._kept_frequencies(sp_fft.rfft(placed)[None, :].astype(complex), np.array([300]), size, False)
     assert keep.mean() < 0.5
+
+
+def test_chirp_band_matches_a_direct_long_double_sum():
+    """The chirp z-transform of a cyclic run (wrapping past the end of the row) equals the
+    direct long double sum sum_t x_t e^{-2 pi i (start + t) k / n} over the band, within
+    a few dozen u_ld of sum x."""
+    size, start, span, frequencies = 1000, 990, 25, 40
+    rng = np.random.default_rng(11)
+    row = np.zeros(size, dtype=np.longdouble)
+    indices = (start + np.arange(span)) % size
+    row[indices] = rng.random(span)
+    band = compose._chirp_band(row, start, span, frequencies, size)
+    pi = np.arccos(np.longdouble(-1.0))
+    angles = ((np.arange(frequencies)[:, None] * indices[None, :]) % size).astype(np.longdouble) * (2 * pi / size)
+    direct = (row[indices] * (np.cos(angles) - 1j * np.sin(angles))).sum(axis=1)
+    assert np.max(np.abs(band - direct)) <= 64 * compose._U_EXTENDED * float(row.sum())
