@@ -1,6 +1,8 @@
 """Frequencies whose power is negligible are dropped before the power
 (:func:`dpforge.accounting.prv.compose._kept_frequencies`), and what that can move is
-added to the composition's round-off allowance."""
+added to the composition's round-off allowance; a long composition takes the long double
+spectrum at the kept frequencies from double transforms and a chirp z-transform of the
+row's largest entries (:func:`dpforge.accounting.prv.compose._split_spectra`)."""
 
 from __future__ import annotations
 
@@ -22,9 +24,9 @@ def _bell_measure() -> GridMeasure:
 
 
 def test_a_pruned_composition_is_within_its_allowance_of_the_exact_one(exact_cyclic_power):
-    """300 steps of a 7-point law on a window of about 256 points: most frequencies are dropped,
-    and every entry stays within the round-off model plus the pruning bound of the exact
-    cyclic power (mpmath), in double and in long double."""
+    """300 steps of a 7-point law on a window of about 256 points: most frequencies are
+    dropped, and every entry stays within the round-off model plus the pruning bound of
+    the exact cyclic power (mpmath), in double and in long double."""
     measure, count = _bell_measure(), 300
     lam, cumulant = np.array([1.0, -1.0]), np.array([127.0, 127.0])  # a window of [-127, 127]
     exact = None
