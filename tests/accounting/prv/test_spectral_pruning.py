@@ -44,8 +44,9 @@ def test_a_pruned_composition_is_within_its_allowance_of_the_exact_one(exact_cyc
 
 def test_the_pruning_bound_covers_what_the_dropped_frequencies_carry():
     """The dropped frequencies' own inverse transform (the full power in long double,
-    restricted to them) is within the returned bound at every entry, and that bound is
-    at most the asked share of the round-off model at the composition's peak."""
+    restricted to them) is within the returned bound at every entry, every dropped
+    frequency's power is below the threshold that bound is made of, and the bound is at
+    most the asked share of the round-off model at the composition's peak."""
     rng = np.random.default_rng(7)
     size = 4096
     masses = rng.random(40) * np.exp(-0.1 * np.arange(40))
@@ -59,6 +60,10 @@ def test_the_pruning_bound_covers_what_the_dropped_frequencies_carry():
         dropped = np.where(keep, 0.0, full).astype(complex)
         carried = sp_fft.irfft(dropped, size)
         assert np.max(np.abs(carried)) <= pruned
+        # the bound is (2/n) t per dropped frequency: each of them is below that t
+        if not keep.all():
+            threshold = pruned * size / (2.0 * np.count_nonzero(~keep))
+            assert np.max(np.abs(full[~keep]).astype(float)) <= threshold
         peak = float(sp_fft.irfft(full.astype(complex), size).max())
         assert pruned <= 2.0 * compose._PRUNE_SHARE * compose.roundoff_model(count, size, True) * peak
         if count == 100_000:
