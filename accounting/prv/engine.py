@@ -8,11 +8,12 @@ bracket is as narrow as ``relative_accuracy`` asks (or a grid limit is reached, 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 from dpforge.accounting.prv import limits
 from dpforge.accounting.prv.evaluate import Evaluation, Refined, normal_epsilon, probe_step, refine
 from dpforge.accounting.prv.exact import exact_delta, exact_epsilon
+from dpforge.accounting.prv.stand_in import STAND_IN_COMPONENTS, chosen_step, stand_in
 from dpforge.accounting.prv.total_variation import total_variation_bound
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
@@ -111,10 +112,34 @@ def _epsilon(
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
     components = _components(description)
     tail = 1e-4 * delta
+    first_refinement = None
 
     def tilt(low: float, high: float) -> tuple[float, float, float]:
         """Tilt at the middle of the bracket, keep losses from its certified lower end."""
         return (0.5 * (low + high) if math.isfinite(high) else max(2.0 * low, low + 1.0)), low, delta
+
+    def refined_from(
+        parts: list[Component],
+        first: float,
+        refinements: int,
+        fixed: bool,
+        tail: float,
+        first_refinement: Callable[[float, float, float], float | None] | None = None,
+    ) -> Refined:
+        """:func:`.evaluate.refine` of ``parts`` for this query (the plan, or its stand-in)."""
+        return refine(
+            parts,
+            first,
+            tail,
+            relative_accuracy,
+            lambda e: e.epsilon(delta),
+            refinements,
+            delta=delta,
+            tilt=tilt,
+            fixed=fixed,
+            weight_at=lambda high: high if math.isfinite(high) else normal_epsilon(parts, delta, tail),
+            first_refinement=first_refinement,
+        )
 
     if step is not None:
         step = require_positive("step", step)
@@ -124,18 +149,12 @@ def _epsilon(
         if shortcut is not None:
             return shortcut
         first = probe_step(components, delta, relative_accuracy, tail)
-    refined = refine(
-        components,
-        first,
-        tail,
-        relative_accuracy,
-        lambda e: e.epsilon(delta),
-        max_refinements,
-        delta=delta,
-        tilt=tilt,
-        fixed=step is not None,
-        weight_at=lambda high: high if math.isfinite(high) else normal_epsilon(components, delta, tail),
-    )
+        if len(components) >= STAND_IN_COMPONENTS:
+
+            def first_refinement(tail: float, proposed: float, failing: float) -> float | None:
+                return _step_from_stand_in(stand_in(components), relative_accuracy, tail, proposed, failing, refined_from)
+
+    refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement)
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
         raise LimitError(
@@ -152,6 +171,32 @@ def _epsilon(
             relative_accuracy, low, high, evaluation, refinements, refined.tilted, warn=step is None, tail=refined.tail
         ),
     )
+
+
+def _step_from_stand_in(
+    proxy: list[Component],
+    relative_accuracy: float,
+    tail: float,
+    proposed: float,
+    failing: float,
+    refined_from: Callable[..., Refined],
+) -> float | None:
+    """The grid step to refine a many-component plan to, chosen on its stand-in
+    ``proxy`` (:mod:`.stand_in`) evaluated at fixed steps, at the plan's truncation
+    ``tail``, from the step model's ``proposed`` step and below the ``failing`` probe
+    step (:func:`.stand_in.chosen_step`); None where the stand-in gives nothing to go
+    by.  No bound comes from it."""
+
+    def width_at(step: float) -> float:
+        try:
+            refined = refined_from(proxy, step, 0, True, tail)
+        except LimitError:
+            return math.inf
+        if not (math.isfinite(refined.high) and refined.high > 0.0):
+            return math.inf
+        return (refined.high - refined.low) / refined.high
+
+    return chosen_step(width_at, proposed, failing, relative_accuracy)
 
 
 def _without_grid(components: list[Component], delta: float, relative_accuracy: float) -> EpsilonResult | None:

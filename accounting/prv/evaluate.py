@@ -487,6 +487,7 @@ def refine(
     negligible: float = 0.0,
     fixed: bool = False,
     weight_at: Callable[[float], float] | None = None,
+    first_refinement: Callable[[float, float, float], float | None] | None = None,
 ) -> Refined:
     """Shrink the grid step until the certified bracket is as narrow as asked (width ~ c h^2).
 
@@ -531,6 +532,12 @@ def refine(
     the normal approximation's again where the saddle lies beyond the exponents composed).
     Without it, or with fewer than ``_GRADED_MIN_HITS`` expected sampled steps, the cells
     are uniform.
+
+    ``first_refinement(tail, proposed, probe)``, where given, is asked once, at the first
+    refinement from a direct grid, for the step to refine to, given the step model's
+    ``proposed`` one and the ``probe``'s (a stand-in's choice, :mod:`.stand_in`); a step
+    finer than the probe's replaces the step model's, which has only the probe's width
+    to go by.
     """
     exponents: dict[str, float] | None = None
     if weight_at is not None and expected_hits(components) >= _GRADED_MIN_HITS:
@@ -831,8 +838,12 @@ def refine(
             continue
         factor = _step_factor(relative_accuracy * high, width, step, history)
         stalled = bool(history) and width > 0.5 * history[-1][1]  # the last round gained little
+        first = first_refinement is not None and not history
         history.append((step, width))
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
+        suggested = first_refinement(tail, new_step, step) if first else None
+        if suggested is not None and suggested < step:
+            new_step = suggested
         # a lower chain on a grid coarser than about a quarter of a one-step law's bulk
         # stalls (its quantiser loses a share of a cell per step) and then converges
         # within a few halvings: the order fitted on a stalled round (0.5) jumps 8x past

@@ -1,0 +1,141 @@
+"""The stand-in that chooses a many-component plan's grid step (:mod:`dpforge.accounting.prv.stand_in`).
+
+It only decides where the refinement looks: every bound still comes from the plan's own
+evaluations, so the tests check that the stand-in is a faithful, cheap summary (steps
+kept, classes not mixed, members standing for their runs), that the step search does
+what it says on width functions whose answer is known, and that a plan the step model
+used to refine past its goal is now met at a coarser grid, with a bracket that agrees
+with the old one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import pytest
+
+from dpforge.accounting.prv import stand_in as stand_in_module
+from dpforge.accounting.prv.stand_in import chosen_step, stand_in
+from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
+from dpforge.mechanisms.combinators import flatten
+
+
+def _schedule(count: int, steps: int, low: float = 0.8, high: float = 1.2) -> list:
+    """Gaussian phases with sigma rising from ``low`` to ``high`` (q = 0.01)."""
+    return [(PoissonSampled(Gaussian(low + (high - low) * i / (count - 1)), 0.01), steps) for i in range(count)]
+
+
+def test_stand_in_keeps_the_steps_and_takes_its_members_from_the_plan():
+    components = flatten(Composed(_schedule(300, 7)))
+    proxy = stand_in(components, groups=32)
+    assert sum(c.count for c in proxy) == 300 * 7
+    assert 16 <= len(proxy) <= 32
+    members = {(c.mechanism, c.sampling_rate) for c in components}
+    assert all((c.mechanism, c.sampling_rate) in members for c in proxy)
+    # runs are contiguous in the loss' spread, which falls as sigma rises: the
+    # representatives fall with sigma's order, and the first and last sit within their
+    # runs' 10 phases of the ends (every run holds about 300 / 32 phases of equal steps)
+    sigmas = [c.mechanism.noise_multiplier for c in proxy]
+    assert sigmas == sorted(sigmas, reverse=True)
+    assert sigmas[0] > 1.2 - 0.4 * 10 / 299 and sigmas[-1] < 0.8 + 0.4 * 10 / 299
+
+
+def test_stand_in_never_mixes_mechanism_classes_and_weights_runs_by_steps():
+    gaussians = _schedule(200, 1)
+    laplaces = [(PoissonSampled(Laplace(2.0 + i / 100), 0.01), 30) for i in range(100)]
+    components = flatten(Composed(gaussians + laplaces))
+    proxy = stand_in(components, groups=32)
+    by_class: dict[str, int] = {}
+    for c in proxy:
+        by_class[type(c.mechanism).__name__] = by_class.get(type(c.mechanism).__name__, 0) + c.count
+    assert by_class == {"Gaussian": 200, "Laplace": 3000}
+    # groups go by steps: the Laplace phases hold 94 % of them and most of the groups
+    kinds = [type(c.mechanism).__name__ for c in proxy]
+    assert kinds.count("Gaussian") >= 1 and kinds.count("Laplace") >= 25
+
+
+def test_one_heavy_component_is_a_run_of_its_own():
+    parts = [(PoissonSampled(Gaussian(1.0), 0.01), 10_000)] + _schedule(150, 1, 2.0, 3.0)
+    proxy = stand_in(flatten(Composed(parts)), groups=8)
+    heavy = [c for c in proxy if c.count >= 10_000]
+    assert len(heavy) == 1 and heavy[0].count == 10_000 and heavy[0].mechanism.noise_multiplier == 1.0
+    assert sum(c.count for c in proxy) == 10_150
+
+
+def test_chosen_step_keeps_a_proposal_that_holds():
+    calls = []
+
+    def width(step):
+        calls.append(step)
+        return 0.85e-3
+
+    assert chosen_step(width, 1e-3, 1e-2, 1e-3) == 1e-3
+    assert calls == [1e-3]
+
+
+def test_chosen_step_finds_the_coarsest_passing_step_of_a_smooth_width():
+    # width = c h^3: the step model (order fitted) descends, the climb comes back up
+    c = 1e-3 / (2e-3) ** 3  # the width asked for at h = 2e-3; aimed at 0.8 of it
+    threshold = 2e-3 * 0.8 ** (1 / 3)
+    found = chosen_step(lambda h: c * h**3, 8e-3, 2e-2, 1e-3)
+    assert found is not None
+    assert c * found**3 <= 0.8e-3
+    assert found > threshold / stand_in_module._CLIMB
+
+
+def test_chosen_step_gives_up_where_the_stand_in_cannot_be_evaluated():
+    assert chosen_step(lambda h: math.inf, 1e-3, 1e-2, 1e-3) is None
+    assert chosen_step(lambda h: 1.0, 1e-3, 1e-2, 1e-3) is None  # never passes in _ROUNDS
+
+
+def test_a_plan_the_step_model_overshot_is_met_at_a_coarser_grid(monkeypatch):
+    """100 phases of 1,000 steps (sigma 0.8..1.2, q = 0.01, delta = 1e-5): from the
+    probe the h^2 model proposed a step whose width came back 1.57x the goal, and the
+    order fitted on that pair (1.6, against 2.9 near the goal) took the next step to
+    288k points and 2.1e-4.  The stand-in sees the proposal fail and refines once."""
+    evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
+    engine = importlib.import_module("dpforge.accounting.prv.engine")
+    grids: list[int] = []
+    original = evaluate.evaluate
+
+    def spy(components, step, tail, **options):
+        result = original(components, step, tail, **options)
+        if len(components) == 100:
+            grids.append(result.grid_size)
+        return result
+
+    monkeypatch.setattr(evaluate, "evaluate", spy)
+    description = Composed(_schedule(100, 1_000))
+    monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 100)
+    result = engine.epsilon(description, 1e-5)
+    assert result.accuracy["reached"]
+    assert len(grids) == 2  # the probe and one refinement
+    assert grids[-1] < 250_000
+    with_stand_in = grids[:]
+    grids.clear()
+    monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 10**9)
+    without = engine.epsilon(description, 1e-5)
+    assert len(grids) == 3 and grids[-1] > with_stand_in[-1]
+    # two certified brackets of one epsilon: they must meet
+    assert max(result.lower, without.lower) <= min(result.upper, without.upper)
+
+
+def test_the_stand_in_is_not_built_for_few_components(monkeypatch):
+    stand_ins = []
+    original = stand_in_module.stand_in
+    engine = importlib.import_module("dpforge.accounting.prv.engine")
+    monkeypatch.setattr(engine, "stand_in", lambda components: stand_ins.append(len(components)) or original(components))
+    engine.epsilon(Composed(_schedule(20, 50)), 1e-5)
+    assert stand_ins == []
+    monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 20)
+    engine.epsilon(Composed(_schedule(20, 50)), 1e-5)
+    assert stand_ins == [20]
+
+
+@pytest.mark.parametrize("groups", [1, 5])
+def test_stand_in_with_fewer_groups_than_classes_still_gives_each_class_one(groups):
+    parts = _schedule(10, 3) + [(PoissonSampled(Laplace(2.0 + i), 0.01), 3) for i in range(10)]
+    proxy = stand_in(flatten(Composed(parts)), groups=groups)
+    assert {type(c.mechanism).__name__ for c in proxy} == {"Gaussian", "Laplace"}
+    assert sum(c.count for c in proxy) == 60
