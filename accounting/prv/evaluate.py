@@ -843,7 +843,7 @@ def refine(
         new_step = step * min(max(factor, 1.0 / 8.0), 1.0 / 1.5)
         suggested = first_refinement(tail, new_step, step) if first else None
         if suggested is not None and suggested < step:
-            new_step = suggested
+            new_step = max(suggested, step / 8.0)
         # a lower chain on a grid coarser than about a quarter of a one-step law's bulk
         # stalls (its quantiser loses a share of a cell per step) and then converges
         # within a few halvings: the order fitted on a stalled round (0.5) jumps 8x past

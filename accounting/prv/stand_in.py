@@ -45,6 +45,12 @@ _ACCEPT_SHARE = 0.9
 _AIM_SHARE = 0.8
 #: evaluations of the stand-in the search may make
 _ROUNDS = 12
+#: ... at steps no finer than this share of the plan's probe step: one round of the
+#: refinement shrinks the step by at most 8x (:func:`.evaluate.refine`), and a stand-in
+#: searched without that bound went to 2M points at 10-20 s an evaluation on a plan whose
+#: lower chain converges at first order (600 Gaussian and 400 Laplace phases at delta =
+#: 1e-10), then proposed a grid past the direct limit, where that plan stops refining
+_FINEST_SHARE = 0.125
 #: ... climbing from a passing step by this factor while the width still passes
 _CLIMB = 1.15
 
@@ -108,27 +114,32 @@ def chosen_step(
     refinement's own model (:func:`.evaluate._step_factor`, the order fitted on the
     last two widths) until the width is within ``_AIM_SHARE``, then grows by ``_CLIMB``
     while it still is and the step stays below the last failing one (``failing`` at
-    first: a step known to be too coarse, the plan's probe)."""
+    first: a step known to be too coarse, the plan's probe).  No step below
+    ``_FINEST_SHARE`` of the probe's is evaluated; where that one still fails, it is
+    returned."""
     from dpforge.accounting.prv.evaluate import _step_factor
 
     aim = _AIM_SHARE * relative_accuracy
-    step, passing = proposed, None
+    finest = _FINEST_SHARE * failing
+    step, passing = max(proposed, finest), None
     history: list[tuple[float, float]] = []
     rounds = 0
     while rounds < _ROUNDS:
         width = width_at(step)
         rounds += 1
         if rounds == 1 and width <= _ACCEPT_SHARE * relative_accuracy:
-            return proposed  # the step model's choice holds: keep it
+            return step  # the step model's choice holds: keep it
         if width <= aim:
             passing = step
             break
         if not math.isfinite(width):
             return None  # the stand-in could not be evaluated there: nothing to go by
+        if step <= finest:
+            return finest  # as far as one round goes; the refinement carries on from there
         failing = step
         factor = _step_factor(aim, width, step, history)
         history.append((step, width))
-        step *= min(max(factor, 0.125), 1.0 / 1.5)
+        step = max(step * min(max(factor, 0.125), 1.0 / 1.5), finest)
     if passing is None:
         return None
     # coarser while it passes: the width is not monotone in the step (a lower chain's

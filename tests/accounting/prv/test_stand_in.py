@@ -70,7 +70,7 @@ def test_chosen_step_keeps_a_proposal_that_holds():
         calls.append(step)
         return 0.85e-3
 
-    assert chosen_step(width, 1e-3, 1e-2, 1e-3) == 1e-3
+    assert chosen_step(width, 1e-3, 4e-3, 1e-3) == 1e-3
     assert calls == [1e-3]
 
 
@@ -78,15 +78,29 @@ def test_chosen_step_finds_the_coarsest_passing_step_of_a_smooth_width():
     # width = c h^3: the step model (order fitted) descends, the climb comes back up
     c = 1e-3 / (2e-3) ** 3  # the width asked for at h = 2e-3; aimed at 0.8 of it
     threshold = 2e-3 * 0.8 ** (1 / 3)
-    found = chosen_step(lambda h: c * h**3, 8e-3, 2e-2, 1e-3)
+    found = chosen_step(lambda h: c * h**3, 8e-3, 1.2e-2, 1e-3)
     assert found is not None
     assert c * found**3 <= 0.8e-3
     assert found > threshold / stand_in_module._CLIMB
 
 
 def test_chosen_step_gives_up_where_the_stand_in_cannot_be_evaluated():
-    assert chosen_step(lambda h: math.inf, 1e-3, 1e-2, 1e-3) is None
-    assert chosen_step(lambda h: 1.0, 1e-3, 1e-2, 1e-3) is None  # never passes in _ROUNDS
+    assert chosen_step(lambda h: math.inf, 1e-3, 4e-3, 1e-3) is None
+
+
+def test_chosen_step_never_looks_past_one_round_of_the_refinement():
+    """A width that never passes (a lower chain at first order far from the goal): the
+    search stops at an eighth of the probe's step, as far as one round of the
+    refinement goes, instead of evaluating ever finer stand-ins."""
+    calls = []
+
+    def width(step):
+        calls.append(step)
+        return 1.0
+
+    assert chosen_step(width, 1e-3, 4e-3, 1e-3) == 0.5e-3
+    assert min(calls) == 0.5e-3 and len(calls) <= 3
+    assert chosen_step(width, 1e-4, 4e-3, 1e-3) == 0.5e-3  # a proposal past it is held to it
 
 
 def test_a_plan_the_step_model_overshot_is_met_at_a_coarser_grid(monkeypatch):
