@@ -102,7 +102,10 @@ def _epsilon(
     (upper - lower) / upper <= ``relative_accuracy`` (or the grid limit is reached;
     ``accuracy['achieved']`` reports what was reached).  Pass ``step`` to fix the grid.
     Every grid is checked against ``memory_budget`` bytes (default 6 GiB) before it is
-    allocated (:mod:`.limits`).  Where no grid is needed (eps = 0 by the total variation
+    allocated (:mod:`.limits`).  A description of ``STAND_IN_COMPONENTS`` components or
+    more has the first refinement's step checked, and where needed chosen, on a stand-in
+    of a few of them (:mod:`.stand_in`); its bounds come from its own evaluations only.
+    Where no grid is needed (eps = 0 by the total variation
     bound, a single step, unsampled Gaussians) none is built (:func:`_without_grid`);
     ``closed_form=False`` builds the grids all the same (to cross-check them).
     """

@@ -537,7 +537,7 @@ def refine(
     refinement from a direct grid, for the step to refine to, given the step model's
     ``proposed`` one and the ``probe``'s (a stand-in's choice, :mod:`.stand_in`); a step
     finer than the probe's replaces the step model's, which has only the probe's width
-    to go by.
+    to go by, held like it to at most 8x finer than the probe's.
     """
     exponents: dict[str, float] | None = None
     if weight_at is not None and expected_hits(components) >= _GRADED_MIN_HITS:
