@@ -378,7 +378,7 @@ def atom_aligned_step(components: Sequence[Component], direction: Direction, ste
     misaligned of all 4,096 was the finest, 56 times below the step asked (40 scales,
     q = 0.01, 5 steps each: 1.6e-4 -> 2.9e-6, a 300k-point probe; 60 Gaussian and 40
     Laplace phases at delta = 1e-10 took 154 s in two evaluations of 2.2M and 4.4M points,
-    and take 5.0 s in five refinements now).
+    and take 5.0 s in five evaluations, three of them refinements, now).
     """
     atoms = sorted({float(a) for c in components for a in c.privacy_loss_distribution(direction).atoms})
     if len(atoms) < 2:

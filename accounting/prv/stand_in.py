@@ -30,6 +30,7 @@ import math
 from typing import Callable, Sequence
 
 from dpforge.accounting.prv.components import bulk_spread, directions_for
+from dpforge.accounting.prv.evaluate import _step_factor
 from dpforge.mechanisms.combinators import Component
 
 #: descriptions of at least this many components consult a stand-in at their first
@@ -117,8 +118,6 @@ def chosen_step(
     first: a step known to be too coarse, the plan's probe).  No step below
     ``_FINEST_SHARE`` of the probe's is evaluated; where that one still fails, it is
     returned."""
-    from dpforge.accounting.prv.evaluate import _step_factor
-
     aim = _AIM_SHARE * relative_accuracy
     finest = _FINEST_SHARE * failing
     step, passing = max(proposed, finest), None
