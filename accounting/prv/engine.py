@@ -128,8 +128,10 @@ def _epsilon(
         fixed: bool,
         tail: float,
         first_refinement: Callable[[float, float, float], float | None] | None = None,
+        moments_from: list[Component] | None = None,
     ) -> Refined:
         """:func:`.evaluate.refine` of ``parts`` for this query (the plan, or its stand-in)."""
+        sized = parts if moments_from is None else moments_from
         return refine(
             parts,
             first,
@@ -140,10 +142,14 @@ def _epsilon(
             delta=delta,
             tilt=tilt,
             fixed=fixed,
-            weight_at=lambda high: high if math.isfinite(high) else normal_epsilon(parts, delta, tail),
+            weight_at=lambda high: high if math.isfinite(high) else normal_epsilon(sized, delta, tail),
             first_refinement=first_refinement,
+            moments_from=moments_from,
         )
 
+    # a plan of many components sizes its grids, and chooses its first refinement's step,
+    # on a stand-in of a few of them (:mod:`.stand_in`); its bounds are its own
+    proxy = stand_in(components) if len(components) >= STAND_IN_COMPONENTS else None
     if step is not None:
         step = require_positive("step", step)
         first, max_refinements = step, 0
@@ -151,13 +157,13 @@ def _epsilon(
         shortcut = _without_grid(components, delta, relative_accuracy) if closed_form else None
         if shortcut is not None:
             return shortcut
-        first = probe_step(components, delta, relative_accuracy, tail)
-        if len(components) >= STAND_IN_COMPONENTS:
+        first = probe_step(components, delta, relative_accuracy, tail, moments_from=proxy)
+        if proxy is not None:
 
             def first_refinement(tail: float, proposed: float, failing: float) -> float | None:
-                return _step_from_stand_in(stand_in(components), relative_accuracy, tail, proposed, failing, refined_from)
+                return _step_from_stand_in(proxy, relative_accuracy, tail, proposed, failing, refined_from)
 
-    refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement)
+    refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy)
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
         raise LimitError(
@@ -249,6 +255,7 @@ def delta_evaluation(
         return worst
 
     tilt = None
+    proxy = stand_in(components) if len(components) >= STAND_IN_COMPONENTS else None  # sizes grids (refine)
     if len(epsilons) == 1:
         point = float(epsilons[0])
 
@@ -259,7 +266,7 @@ def delta_evaluation(
     if step is not None:
         first, max_refinements = require_positive("step", step), 0
     else:
-        first = probe_step(components, 1e-6, relative_accuracy, tail)
+        first = probe_step(components, 1e-6, relative_accuracy, tail, moments_from=proxy)
     return refine(
         components,
         first,
@@ -271,6 +278,7 @@ def delta_evaluation(
         negligible=NEGLIGIBLE_DELTA,
         fixed=step is not None,
         weight_at=lambda high: max(float(e) for e in epsilons),
+        moments_from=proxy,
     )
 
 
