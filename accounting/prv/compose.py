@@ -16,6 +16,7 @@ import numba
 import numpy as np
 from scipy import fft as sp_fft
 
+from dpforge.accounting.prv.band import band_transforms
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.limits import check_grid
@@ -794,7 +795,14 @@ def fft_window(
     base = 0.0
     batch = max(1, min(len(measures), _BATCH_ENTRIES // size))
     pruned = 0.0
-    for start in range(0, len(measures), batch):
+    banded = None
+    if not extended and batch < len(measures) and len(measures) >= _BAND_MEASURES:
+        banded = _band_limited_product(measures, weights, size)
+    if banded is not None:
+        spectrum, pruned = banded
+        for measure, count in measures:
+            base += count * (int(round(measure.mean_index())) * step - measure.shift)
+    for start in range(0, len(measures) if banded is None else 0, batch):
         chunk = list(zip(measures[start : start + batch], weights[start : start + batch]))
         placed = np.zeros((len(chunk), size), dtype=real)
         counts = np.empty(len(chunk))
@@ -822,6 +830,97 @@ def fft_window(
     first = int(math.floor((bottom - base) / step))
     offsets = np.arange(first, first + size)
     return base + offsets * step, composed[offsets % size], composed, pruned
+
+
+#: compositions of at least this many distinct measures (in more than one batch of
+#: transforms) are tried band-limited (:func:`_band_limited_product`) ...
+_BAND_MEASURES = 64
+#: ... with every this-many-th measure transformed whole to bound the spectrum
+_BAND_SAMPLE = 8
+#: ... and the others band-limited when a chirp transform of the band costs at most
+#: this share of the whole window's (two complex transforms of L points against one
+#: real transform of n: about 4 L / n)
+_BAND_COST = 0.8
+
+
+def _band_limited_product(
+    measures: Sequence[tuple[GridMeasure, int]], weights: Sequence[np.ndarray], size: int
+) -> tuple[np.ndarray, float] | None:
+    """(prod_i spectra[i] ** counts[i] on a window of ``size`` points, with the
+    frequencies whose bound is negligible set to 0; the most that dropping them can move
+    an entry), transforming most measures at the kept frequencies only (:mod:`.band`);
+    None where a row is longer than the window (the caller's path folds it).
+
+    The bound is :func:`_kept_frequencies`' M_k = prod_i (|z_ik| + e_i)^{c_i}, with
+    every ``_BAND_SAMPLE``-th measure's computed modulus (its whole transform) and the
+    others' |z_ik| <= sum_j x_ij, their mass (the weights are non-negative), so it holds
+    before those are transformed; the threshold and what dropping moves are as there.
+    With a twelfth of the steps the bound still keeps a narrow band: 62-66 frequencies
+    for 2,000 phases of 10 steps (n = 54,000) and 10,000 single steps (n = 34,560).  The
+    other measures' band comes from :func:`.band.band_transforms`, within the transform
+    error the round-off model allows (its module docstring); where the band is not
+    cheaper than whole transforms, they are transformed whole as before."""
+    lengths = np.array([values.size for values in weights])
+    if np.any(lengths > size):
+        return None
+    counts = np.array([count for _, count in measures], dtype=np.int64)
+    offsets = np.array([measure.first_index - int(round(measure.mean_index())) for measure, _ in measures], dtype=np.int64)
+    masses = np.array([float(np.sum(values)) for values in weights])
+    errors = ((_ROUNDING_FACTOR * math.log2(size) + 2.0) * _U + 2.0 * _U) * masses
+    with np.errstate(divide="ignore"):
+        logs = np.log(masses + errors)
+    frequencies_all = size // 2 + 1
+    log_threshold = math.log(_PRUNE_SHARE * roundoff_model(int(counts.sum()), size)) + float(counts @ logs) - math.log(frequencies_all)
+    if not (math.isfinite(log_threshold) and log_threshold < 0.0):
+        return None
+    sample = np.zeros(len(measures), dtype=bool)
+    sample[::_BAND_SAMPLE] = True
+    rest = np.flatnonzero(~sample)
+    bound = np.full(frequencies_all, float(counts[rest] @ logs[rest]))
+    product = np.ones(frequencies_all, dtype=complex)
+    chosen = np.flatnonzero(sample)
+    batch = max(1, _BATCH_ENTRIES // size)
+    for start in range(0, chosen.size, batch):
+        rows = chosen[start : start + batch]
+        placed = np.zeros((rows.size, size))
+        for row, index in enumerate(rows):
+            _place(placed[row], weights[index], int(offsets[index]))
+        spectra = sp_fft.rfft(placed, axis=1)
+        del placed
+        with np.errstate(divide="ignore"):
+            bound += counts[rows].astype(float) @ np.log(np.abs(spectra) + errors[rows][:, None])
+        product *= _product_of_powers(spectra, counts[rows])
+    keep = bound >= log_threshold
+    kept = np.flatnonzero(keep)
+    band = int(kept[-1]) + 1 if kept.size else 0
+    spectrum = np.zeros(frequencies_all, dtype=complex)
+    if band and rest.size:
+        order = rest[np.argsort(-lengths[rest], kind="stable")]
+        length = sp_fft.next_fast_len(int(lengths[order[0]]) + band - 1)
+        if 4.0 * length > _BAND_COST * size:  # whole transforms are cheaper
+            for start in range(0, order.size, batch):
+                rows = order[start : start + batch]
+                placed = np.zeros((rows.size, size))
+                for row, index in enumerate(rows):
+                    _place(placed[row], weights[index], int(offsets[index]))
+                product *= _product_of_powers(sp_fft.rfft(placed, axis=1), counts[rows])
+        else:
+            columns = kept  # all below ``band``
+            rows_per_batch = max(1, (_BATCH_ENTRIES // 2) // length)
+            start = 0
+            while start < order.size:
+                # rows of similar length share one chirp transform of the longest one's
+                longest = int(lengths[order[start]])
+                stop = start + 1
+                while stop < order.size and stop - start < rows_per_batch and 5 * int(lengths[order[stop]]) >= 4 * longest:
+                    stop += 1
+                rows = order[start:stop]
+                spectra = band_transforms([weights[index] for index in rows], offsets[rows], band, size)
+                product[columns] *= _product_of_powers(spectra[:, columns], counts[rows])
+                start = stop
+    spectrum[kept] = product[kept]
+    dropped = frequencies_all - kept.size
+    return spectrum, 2.0 * dropped * math.exp(log_threshold) / size
 
 
 def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> ComposedMeasure:
