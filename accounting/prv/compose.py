@@ -837,9 +837,9 @@ def fft_window(
 _BAND_MEASURES = 64
 #: ... with every this-many-th measure transformed whole to bound the spectrum
 _BAND_SAMPLE = 8
-#: ... and the others band-limited when a chirp transform of the band costs at most
-#: this share of the whole window's (two complex transforms of L points against one
-#: real transform of n: about 4 L / n)
+#: ... and each of the others band-limited when a chirp transform of its band costs at
+#: most this share of the whole window's (two complex transforms of L points against
+#: one real transform of n: about 4 L / n)
 _BAND_COST = 0.8
 
 
@@ -858,8 +858,9 @@ def _band_limited_product(
     With a twelfth of the steps the bound still keeps a narrow band: 62-66 frequencies
     for 2,000 phases of 10 steps (n = 54,000) and 10,000 single steps (n = 34,560).  The
     other measures' band comes from :func:`.band.band_transforms`, within the transform
-    error the round-off model allows (its module docstring); where the band is not
-    cheaper than whole transforms, they are transformed whole as before."""
+    error the round-off model allows (its module docstring); a measure whose band is not
+    cheaper than its whole transform (4 L > ``_BAND_COST`` n, L the chirp transform's
+    length) is transformed whole as before."""
     lengths = np.array([values.size for values in weights])
     if np.any(lengths > size):
         return None
@@ -894,30 +895,30 @@ def _band_limited_product(
     kept = np.flatnonzero(keep)
     band = int(kept[-1]) + 1 if kept.size else 0
     spectrum = np.zeros(frequencies_all, dtype=complex)
-    if band and rest.size:
-        order = rest[np.argsort(-lengths[rest], kind="stable")]
-        length = sp_fft.next_fast_len(int(lengths[order[0]]) + band - 1)
-        if 4.0 * length > _BAND_COST * size:  # whole transforms are cheaper
-            for start in range(0, order.size, batch):
-                rows = order[start : start + batch]
-                placed = np.zeros((rows.size, size))
-                for row, index in enumerate(rows):
-                    _place(placed[row], weights[index], int(offsets[index]))
-                product *= _product_of_powers(sp_fft.rfft(placed, axis=1), counts[rows])
-        else:
-            columns = kept  # all below ``band``
-            rows_per_batch = max(1, (_BATCH_ENTRIES // 2) // length)
-            start = 0
-            while start < order.size:
-                # rows of similar length share one chirp transform of the longest one's
-                longest = int(lengths[order[start]])
-                stop = start + 1
-                while stop < order.size and stop - start < rows_per_batch and 5 * int(lengths[order[stop]]) >= 4 * longest:
-                    stop += 1
-                rows = order[start:stop]
-                spectra = band_transforms([weights[index] for index in rows], offsets[rows], band, size)
-                product[columns] *= _product_of_powers(spectra[:, columns], counts[rows])
-                start = stop
+    if rest.size:
+        # a row whose band costs more than its whole transform is transformed whole
+        lengths_needed = np.array([sp_fft.next_fast_len(int(n) + max(band, 1) - 1) for n in lengths[rest]])
+        whole = rest[4.0 * lengths_needed > _BAND_COST * size]
+        for start in range(0, whole.size, batch):
+            rows = whole[start : start + batch]
+            placed = np.zeros((rows.size, size))
+            for row, index in enumerate(rows):
+                _place(placed[row], weights[index], int(offsets[index]))
+            product *= _product_of_powers(sp_fft.rfft(placed, axis=1), counts[rows])
+        banded = rest[4.0 * lengths_needed <= _BAND_COST * size]
+        order = banded[np.argsort(-lengths[banded], kind="stable")]
+        start = 0
+        while band and start < order.size:
+            # rows of similar length share one chirp transform of the longest one's
+            longest = int(lengths[order[start]])
+            rows_per_batch = max(1, (_BATCH_ENTRIES // 2) // sp_fft.next_fast_len(longest + band - 1))
+            stop = start + 1
+            while stop < order.size and stop - start < rows_per_batch and 5 * int(lengths[order[stop]]) >= 4 * longest:
+                stop += 1
+            rows = order[start:stop]
+            spectra = band_transforms([weights[index] for index in rows], offsets[rows], band, size)
+            product[kept] *= _product_of_powers(spectra[:, kept], counts[rows])  # kept < band
+            start = stop
     spectrum[kept] = product[kept]
     dropped = frequencies_all - kept.size
     return spectrum, 2.0 * dropped * math.exp(log_threshold) / size
