@@ -64,6 +64,17 @@ def loss_moments(components: Sequence[Component], direction: Direction, tail: fl
     return mean, variance, width
 
 
+def widest_span(components: Sequence[Component], direction: Direction, tail: float) -> float:
+    """The widest one-step truncation range of :func:`loss_moments` (its third value),
+    from the truncations alone (cached, and computed by every discretisation anyway)."""
+    total = sum(c.count for c in components)
+    width = 0.0
+    for component in components:
+        cut = truncation(component.privacy_loss_distribution(direction), tail / (10.0 * total))
+        width = max(width, max(cut.high - cut.low, 1e-9))
+    return width
+
+
 #: staged composition: a component is pre-composed in chunks when its single-step law
 #: spans fewer than this many grid steps (standard deviations), so that the optimistic
 #: measure never has to resolve a law narrower than the grid

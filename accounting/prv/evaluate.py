@@ -26,6 +26,7 @@ from dpforge.accounting.prv.components import (
     discretise_all,
     loss_moments,
     saddle_exponent,
+    widest_span,
 )
 from dpforge.accounting.prv.compose import ComposedProfile, compose, extended_precision
 from dpforge.accounting.prv.tilt import allowance_fits, choose_tilt, compose_tilted
@@ -203,17 +204,37 @@ def evaluate(
     return Evaluation(step, tuple(upper), tuple(lower), tuple(directions))
 
 
-def initial_step(components: Sequence[Component], delta: float, relative_accuracy: float, tail: float) -> float:
+def _moments(
+    components: Sequence[Component], direction: Direction, tail: float, sized: Sequence[Component] | None = None
+) -> tuple[float, float, float]:
+    """:func:`.components.loss_moments` of ``components``, the mean and variance read off
+    ``sized`` where given (a stand-in with the same steps, :mod:`.stand_in`); the widest
+    one-step span is always the components' own (their truncations, which their
+    discretisation computes anyway: a stand-in's members need not include the widest)."""
+    if sized is None:
+        return loss_moments(components, direction, tail)
+    mean, variance, _ = loss_moments(sized, direction, tail)
+    return mean, variance, widest_span(components, direction, tail)
+
+
+def initial_step(
+    components: Sequence[Component],
+    delta: float,
+    relative_accuracy: float,
+    tail: float,
+    sized: Sequence[Component] | None = None,
+) -> float:
     """A first (probe) grid step from the composed mean/variance and the O(T h^2) error model.
 
     The pessimistic measure moves the mean of each step by at most h^2/8 and adds at
     most h^2/4 variance, so the width of the epsilon interval grows like c T h^2; the
-    refinement then scales the step by the measured width.
+    refinement then scales the step by the measured width.  ``sized``: as in
+    :func:`_moments`.
     """
     steps = sum(c.count for c in components)
     mean = spread = width = 0.0
     for direction in directions_for(components):
-        m, v, w = loss_moments(components, direction, tail)
+        m, v, w = _moments(components, direction, tail, sized)
         mean, spread, width = max(mean, m), max(spread, math.sqrt(max(v, 0.0))), max(width, w)
     scale = max(mean + math.sqrt(2.0 * math.log(1.0 / delta)) * spread, 1e-2)
     from_error = math.sqrt(relative_accuracy * scale / (0.5 * steps))
@@ -279,11 +300,12 @@ def probe_step(
     5.9 -> 4.8 s, with one refinement either way.  Not for fixed grids (calibration), where
     the first step is the final one.
 
-    ``moments_from``: components whose one-step moments stand in for those of
-    ``components`` in :func:`initial_step` (:func:`.stand_in.stand_in`, the same steps in
-    all): each component's moments come from a coarse discretisation of its own, which
-    for 10,000 distinct steps took 4.2 of 31 s, for a step no bound depends on."""
-    step = initial_step(components if moments_from is None else moments_from, delta, relative_accuracy, tail)
+    ``moments_from``: components whose one-step means and variances stand in for those
+    of ``components`` in :func:`initial_step` (:func:`.stand_in.stand_in`, the same steps
+    in all; :func:`_moments`): each component's moments come from a coarse
+    discretisation of its own, which for 10,000 distinct steps took 4.2 of 31 s, for a
+    step no bound depends on."""
+    step = initial_step(components, delta, relative_accuracy, tail, moments_from)
     return _MANY_PROBE * step if len(components) >= _MANY_COMPONENTS else step
 
 
@@ -305,15 +327,16 @@ def _needs_stages(components: Sequence[Component], step: float, tail: float, siz
     FFT window covers the composed law's spread, not its mean (:func:`.compose.compose`
     centres every measure), so a large epsilon alone does not call for staging."""
     needed = min(step, _narrowest_bulk(components) / _DIRECT_RESOLUTION)
-    return _direct_grid(components if sized is None else sized, needed, tail) > _DIRECT_LIMIT
+    return _direct_grid(components, needed, tail, sized) > _DIRECT_LIMIT
 
 
-def _direct_grid(components: Sequence[Component], step: float, tail: float) -> float:
+def _direct_grid(components: Sequence[Component], step: float, tail: float, sized: Sequence[Component] | None = None) -> float:
     """Grid points of one unstaged composition at ``step``: the composed law's spread
-    (20 standard deviations plus the widest one-step span) over the step."""
+    (20 standard deviations plus the widest one-step span) over the step (``sized``: as
+    in :func:`_moments`)."""
     window = 0.0
     for direction in directions_for(components):
-        mean, variance, width = loss_moments(components, direction, tail)
+        mean, variance, width = _moments(components, direction, tail, sized)
         window = max(window, 20.0 * math.sqrt(max(variance, 0.0)) + width)
     return window / step
 
@@ -346,7 +369,7 @@ def _staged_step(components: Sequence[Component], step: float, tail: float, size
     its time (benchmarks/results/scale_ab.json)."""
     bulk = _narrowest_bulk(components)
     old = max(step, 1.5 * bulk)
-    return min(old, max(_STAGED_BULKS * bulk, _direct_grid(components if sized is None else sized, 1.0, tail) / _STAGED_POINTS))
+    return min(old, max(_STAGED_BULKS * bulk, _direct_grid(components, 1.0, tail, sized) / _STAGED_POINTS))
 
 
 def _evaluate_chains(
@@ -619,16 +642,16 @@ def refine(
     if not fixed:
         # a step finer than one direct grid can hold would force staging from the start,
         # whose coarse final grid is looser than the finest direct grid: start there
-        step = max(step, _direct_grid(sized, 1.0, tail) / _DIRECT_LIMIT)
-    staged = not fixed and math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail, sized)
+        step = max(step, _direct_grid(components, 1.0, tail, moments_from) / _DIRECT_LIMIT)
+    staged = not fixed and math.isfinite(_narrowest_bulk(components)) and _needs_stages(components, step, tail, moments_from)
     upper_step = None
     if staged:
         # split chains: the connect-the-dots upper needs no staging (it is exact at grid
         # points whatever the step), so it is composed on one grid at the error model's
         # step whenever that grid fits; only the lower chain is staged
-        if _direct_grid(sized, 0.5 * step, tail) <= _DIRECT_LIMIT:
+        if _direct_grid(components, 0.5 * step, tail, moments_from) <= _DIRECT_LIMIT:
             upper_step = 0.5 * step
-        step = _staged_step(components, step, tail, sized)
+        step = _staged_step(components, step, tail, moments_from)
     # the probe's one-step measures, kept for a tilted probe at the same step (the tilt
     # applies to the composition only; staged chunks are built untilted either way)
     # (not for many components, whose measures take hundreds of MB)
@@ -889,10 +912,10 @@ def refine(
         if grid > direct_limit:
             if not math.isfinite(_narrowest_bulk(components)):
                 break  # few steps of a law narrower than the grid: report the accuracy reached
-            staged, new_step = True, _staged_step(components, step, tail, sized)
+            staged, new_step = True, _staged_step(components, step, tail, moments_from)
             last_direct = (step, evaluation.grid_size)
         reuse_upper = False
-        if staged and upper_step is None and (last_direct is not None or _direct_grid(sized, step, tail) <= _DIRECT_LIMIT):
+        if staged and upper_step is None and (last_direct is not None or _direct_grid(components, step, tail, moments_from) <= _DIRECT_LIMIT):
             # the finest single grid reached so far serves the upper chain, and the last
             # evaluation was on it: only the lower chain is composed anew.  That holds
             # whenever the refinement has just moved from direct grids to staging, even

@@ -184,3 +184,20 @@ def test_a_many_component_plan_sizes_its_grids_on_the_stand_in(monkeypatch, quer
     sized_on_all = engine.epsilon(description, 1e-5) if query == "epsilon" else engine.delta(description, 2.0)
     assert len(laws) == 2 * 150
     assert max(sized_on_stand_in.lower, sized_on_all.lower) <= min(sized_on_stand_in.upper, sized_on_all.upper)
+
+
+def test_the_widest_one_step_span_is_the_plans_own_when_moments_come_from_the_stand_in():
+    """The stand-in's members need not include the plan's widest one-step law (here one
+    low-noise phase among 300): window estimates take the mean and variance from the
+    stand-in but the widest span from every component's truncation."""
+    evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
+    components_module = importlib.import_module("dpforge.accounting.prv.components")
+    plan = flatten(Composed(_schedule(300, 10, 1.0, 1.2) + [(PoissonSampled(Gaussian(0.4), 0.01), 1)]))
+    proxy = stand_in(plan, groups=8)
+    assert all(c.mechanism.noise_multiplier > 0.5 for c in proxy)  # the wide phase is no member
+    tail = 1e-9
+    for direction in ("remove", "add"):
+        own = components_module.loss_moments(plan, direction, tail)
+        sized = evaluate._moments(plan, direction, tail, proxy)
+        assert sized[2] == own[2] > components_module.loss_moments(proxy, direction, tail)[2]
+        assert sized[0] == pytest.approx(own[0], rel=0.05) and sized[1] == pytest.approx(own[1], rel=0.05)
