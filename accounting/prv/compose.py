@@ -839,7 +839,8 @@ _BAND_MEASURES = 64
 _BAND_SAMPLE = 8
 #: ... and each of the others band-limited when a chirp transform of its band costs at
 #: most this share of the whole window's (two complex transforms of L points against
-#: one real transform of n: about 4 L / n)
+#: one real transform of n: about 4 L / n; a pair of rows shares them, which this rule
+#: leaves out to err towards whole transforms)
 _BAND_COST = 0.8
 
 
@@ -855,7 +856,7 @@ def _band_limited_product(
     every ``_BAND_SAMPLE``-th measure's computed modulus (its whole transform) and the
     others' |z_ik| <= sum_j x_ij, their mass (the weights are non-negative), so it holds
     before those are transformed; the threshold and what dropping moves are as there.
-    With a twelfth of the steps the bound still keeps a narrow band: 62-66 frequencies
+    With an eighth of the measures the bound still keeps a narrow band: 62-66 frequencies
     for 2,000 phases of 10 steps (n = 54,000) and 10,000 single steps (n = 34,560).  The
     other measures' band comes from :func:`.band.band_transforms`, within the transform
     error the round-off model allows (its module docstring); a measure whose band is not
