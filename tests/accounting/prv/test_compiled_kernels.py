@@ -225,3 +225,32 @@ def test_tilt_kernel_matches_the_direct_sums(size, step, theta):
     assert abs(got_mean - mean) <= 1e-9 * spread
     assert abs(got_variance - variance) <= 1e-9 * variance
     assert _tilt_kernel(np.zeros(5), 0, 1.0, 0.0, 1.0) == (-np.inf, 0.0, 0.0)
+
+
+@pytest.mark.parametrize("q", [1.0, 0.5, 0.01, 1e-6])
+@pytest.mark.parametrize("remove", [True, False])
+def test_the_fused_gaussian_base_kernel_gives_the_separate_passes_numbers(q, remove):
+    """The subsampled Gaussian's base functions and their modelled errors share one
+    expm1 and one log1p a point (:func:`.rounding._gaussian_base_kernel`); they must be
+    the very numbers of the separate passes (the base functions' kernel, then the
+    error model's kernel on them), edges of the support, y = 1 and infinities included."""
+    from dpforge.accounting.prv.rounding import _errors_kernel, _gaussian_base_kernel
+    from dpforge.mechanisms.subsampled_gaussian_kernel import subsampled_gaussian_base_functions
+
+    edge = float(np.log1p(-q)) if q < 1.0 else -30.0
+    ell = np.concatenate(
+        [
+            np.linspace(-40.0, 40.0, 4001),
+            edge + np.linspace(-1e-9, 1e-9, 41),
+            -edge + np.linspace(-1e-9, 1e-9, 41),
+            [1.0, -1.0, np.nextafter(1.0, 2.0), np.nextafter(1.0, 0.0), 0.0, np.inf, -np.inf],
+        ]
+    )
+    for mu in (0.05, 1.0, 12.0):
+        values, errors = _gaussian_base_kernel(ell, mu, q, remove)
+        separate = subsampled_gaussian_base_functions(ell, mu, q, remove)
+        for row in range(4):
+            np.testing.assert_array_equal(values[row], separate[row])
+        expected = _errors_kernel(ell, *separate, q, 1.0 if remove else -1.0, 1.0 / mu, 0.5 * mu, True, False)
+        for row in range(4):
+            np.testing.assert_array_equal(errors[row], expected[row])
