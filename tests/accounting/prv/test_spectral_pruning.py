@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 
 import numpy as np
+import pytest
 from scipy import fft as sp_fft
 
 from dpforge.accounting.prv.discretise import GridMeasure
@@ -161,3 +162,20 @@ def test_chirp_band_matches_a_direct_long_double_sum():
     angles = ((np.arange(frequencies)[:, None] * indices[None, :]) % size).astype(np.longdouble) * (2 * pi / size)
     direct = (row[indices] * (np.cos(angles) - 1j * np.sin(angles))).sum(axis=1)
     assert np.max(np.abs(band - direct)) <= 64 * compose._U_EXTENDED * float(row.sum())
+
+
+def test_a_power_of_zero_is_the_identity_and_prunes_nothing():
+    """A two-scale chunk whose every step may fall in the tail composes B~^{*0}: the
+    pruning bound of a single row divided by its count, and 138 mixed Gaussian and
+    Laplace phases of 5-11 steps at delta = 1e-10 stopped on a ZeroDivisionError.  A
+    power 0 keeps every frequency, and compose_powers gives a unit atom at 0 for it."""
+    measure = _bell_measure()
+    row = np.zeros((1, 64))
+    row[0, :7] = measure.masses
+    keep, pruned = compose._kept_frequencies(sp_fft.rfft(row, axis=1), np.array([0]), 64, False)
+    assert keep.all() and pruned == 0.0
+    identity, square = list(compose.compose_powers(measure, [0, 2], 1e-12))
+    lower = identity.lower_masses()
+    assert identity.positions[int(np.argmax(lower))] == 0.0
+    assert lower.max() == pytest.approx(1.0, abs=1e-9) and lower.sum() == pytest.approx(1.0, abs=1e-9)
+    assert square.lower_masses().sum() == pytest.approx(1.0, abs=1e-9)
