@@ -456,30 +456,52 @@ class ComposedMeasure:
     exponents: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
     cumulants: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
 
-    def upper_profile(self) -> ComposedProfile:
+    def _from(self, floor: float | None) -> int:
+        """The first entry at or above ``floor`` (0 without one, or when it is not above
+        the window)."""
+        if floor is None or not floor > self.positions[0]:
+            return 0
+        return int(np.searchsorted(self.positions, floor, side="left"))
+
+    def upper_profile(self, floor: float | None = None) -> ComposedProfile:
         """Profile bounding delta(eps) from above for eps >= 0: weights max(p_j, 0) +
         roundoff, plus the masses at +inf and above the window (and below it, when the
-        window starts above 0) as a constant."""
+        window starts above 0) as a constant.
+
+        ``floor``: a certified lower bound on the eps that will be asked of the profile
+        (verify's rows: the previous row's lower bound, since eps only grows with the
+        prefix); only the entries from it up are kept, and the profile is the trivial 1
+        below it (as a tilted profile's, :class:`ComposedProfile`), so every
+        eps(delta) at or above the floor is the one the whole window gives (to rounding:
+        the inversion reads the grid step off the first two positions it keeps), for a
+        fraction of the reading."""
         # mass below the window is aliased into it (non-negative, so only raises the
         # sum); its own contribution is zero for eps >= 0 unless the window starts above 0
         below = self.below if self.positions[0] > 0 else 0.0
-        weights = np.maximum(self.masses, 0.0) + self.roundoff
+        start = self._from(floor)
+        weights = np.maximum(self.masses[start:], 0.0) + self.roundoff
         return ComposedProfile(
             "upper",
-            self.positions,
+            self.positions[start:],
             weights,
             self.infinity + self.above + below,
             self.roundoff,
             self.grid_size,
+            floor=0.0 if floor is None else max(floor, 0.0),
             exponents=self.exponents,
             cumulants=self.cumulants,
         )
 
-    def lower_profile(self) -> ComposedProfile:
+    def lower_profile(self, floor: float | None = None) -> ComposedProfile:
         """Profile bounding delta(eps) from below: weights max(p_j - roundoff, 0), minus
-        the Chernoff bounds on the mass outside the window (which may have aliased in)."""
-        weights = np.maximum(self.masses - self.roundoff, 0.0)
-        return ComposedProfile("lower", self.positions, weights, -(self.above + self.below), self.roundoff, self.grid_size)
+        the Chernoff bounds on the mass outside the window (which may have aliased in).
+        ``floor``: only the entries from it up are kept (a sub-measure: still a lower
+        bound at every eps, and the same one from the floor up)."""
+        start = self._from(floor)
+        weights = np.maximum(self.masses[start:] - self.roundoff, 0.0)
+        return ComposedProfile(
+            "lower", self.positions[start:], weights, -(self.above + self.below), self.roundoff, self.grid_size
+        )
 
     def upper_loss(self) -> DiscreteLoss:
         """A measure dominating the composed law at every eps (for further composition):

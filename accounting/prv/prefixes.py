@@ -150,7 +150,13 @@ def epsilon_prefixes(
     with memory_budget(memory_budget_bytes):
         for direction in directions_for(whole):
             direction_step = atom_aligned_step(whole, direction, step)
-            for kind in ("upper", "lower"):
+            # eps only grows with the prefix (composition adds privacy loss, in each
+            # direction), so a row's certified lower bound in this direction bounds every
+            # later row's eps there from below: each row's profiles are read from the
+            # previous row's lower bound up (the lower pass first), the rows' tail part
+            # of the window instead of all of it
+            lows = [0.0] * (len(parts) - 1)
+            for kind in ("lower", "upper"):
                 measures, held = [], 0
                 for group in groups[:-1]:
                     group_tail = tail * sum(component.count for component in group) / total_steps
@@ -159,10 +165,12 @@ def epsilon_prefixes(
                     check_held(held, "the one-step measures of the plan's phases")
                 composed = compose_prefixes(measures, tail)
                 for index, measure in enumerate(composed):
-                    profile = measure.upper_profile() if kind == "upper" else measure.lower_profile()
-                    value = profile.epsilon(delta)
-                    low, high = rows[index]
-                    rows[index] = (max(low, value), high) if kind == "lower" else (low, max(high, value))
+                    floor = lows[index - 1] if index > 0 else 0.0
+                    if kind == "lower":
+                        lows[index] = max(measure.lower_profile(floor).epsilon(delta), floor)
+                        rows[index] = (max(rows[index][0], lows[index]), rows[index][1])
+                    else:
+                        rows[index] = (rows[index][0], max(rows[index][1], measure.upper_profile(floor).epsilon(delta)))
     # a row wider than asked is refined on its own when there are few such rows: a plan's
     # short first phases have a small eps, which the whole plan's grid resolves less
     # finely (the warm-up row of examples/plans/within_budget.toml came back 1.3e-3 wide)
