@@ -827,9 +827,7 @@ def fft_window(
     if not extended and batch < len(measures) and len(measures) >= _BAND_MEASURES:
         banded = _band_limited_product(measures, weights, size)
     if banded is not None:
-        spectrum, pruned = banded
-        for measure, count in measures:
-            base += count * (int(round(measure.mean_index())) * step - measure.shift)
+        spectrum, pruned, base = banded
     for start in range(0, len(measures) if banded is None else 0, batch):
         chunk = list(zip(measures[start : start + batch], weights[start : start + batch]))
         placed = np.zeros((len(chunk), size), dtype=real)
@@ -872,13 +870,25 @@ _BAND_SAMPLE = 8
 _BAND_COST = 0.8
 
 
+def _placed_spectra(
+    indices: np.ndarray, weights: Sequence[np.ndarray], offsets: np.ndarray, size: int
+) -> np.ndarray:
+    """The whole-window transforms of ``weights[i]`` placed cyclically at ``offsets[i]``,
+    for every i in ``indices`` (one batch)."""
+    placed = np.zeros((indices.size, size))
+    for row, index in enumerate(indices):
+        _place(placed[row], weights[index], int(offsets[index]))
+    return sp_fft.rfft(placed, axis=1)
+
+
 def _band_limited_product(
     measures: Sequence[tuple[GridMeasure, int]], weights: Sequence[np.ndarray], size: int
-) -> tuple[np.ndarray, float] | None:
+) -> tuple[np.ndarray, float, float] | None:
     """(prod_i spectra[i] ** counts[i] on a window of ``size`` points, with the
     frequencies whose bound is negligible set to 0; the most that dropping them can move
-    an entry), transforming most measures at the kept frequencies only (:mod:`.band`);
-    None where a row is longer than the window (the caller's path folds it).
+    an entry; the composed law's offset ``base`` as :func:`fft_window` sums it),
+    transforming most measures at the kept frequencies only (:mod:`.band`); None where
+    a row is longer than the window (the caller's path folds it).
 
     The bound is :func:`_kept_frequencies`' M_k = prod_i (|z_ik| + e_i)^{c_i}, with
     every ``_BAND_SAMPLE``-th measure's computed modulus (its whole transform) and the
@@ -894,7 +904,12 @@ def _band_limited_product(
     if np.any(lengths > size):
         return None
     counts = np.array([count for _, count in measures], dtype=np.int64)
-    offsets = np.array([measure.first_index - int(round(measure.mean_index())) for measure, _ in measures], dtype=np.int64)
+    centres = [int(round(measure.mean_index())) for measure, _ in measures]
+    offsets = np.array([measure.first_index - centre for (measure, _), centre in zip(measures, centres)], dtype=np.int64)
+    step = measures[0][0].step
+    base = 0.0
+    for (measure, count), centre in zip(measures, centres):
+        base += count * (centre * step - measure.shift)
     masses = np.array([float(np.sum(values)) for values in weights])
     errors = ((_ROUNDING_FACTOR * math.log2(size) + 2.0) * _U + 2.0 * _U) * masses
     with np.errstate(divide="ignore"):
@@ -912,11 +927,7 @@ def _band_limited_product(
     batch = max(1, _BATCH_ENTRIES // size)
     for start in range(0, chosen.size, batch):
         rows = chosen[start : start + batch]
-        placed = np.zeros((rows.size, size))
-        for row, index in enumerate(rows):
-            _place(placed[row], weights[index], int(offsets[index]))
-        spectra = sp_fft.rfft(placed, axis=1)
-        del placed
+        spectra = _placed_spectra(rows, weights, offsets, size)
         with np.errstate(divide="ignore"):
             bound += counts[rows].astype(float) @ np.log(np.abs(spectra) + errors[rows][:, None])
         product *= _product_of_powers(spectra, counts[rows])
@@ -930,10 +941,7 @@ def _band_limited_product(
         whole = rest[4.0 * lengths_needed > _BAND_COST * size]
         for start in range(0, whole.size, batch):
             rows = whole[start : start + batch]
-            placed = np.zeros((rows.size, size))
-            for row, index in enumerate(rows):
-                _place(placed[row], weights[index], int(offsets[index]))
-            product *= _product_of_powers(sp_fft.rfft(placed, axis=1), counts[rows])
+            product *= _product_of_powers(_placed_spectra(rows, weights, offsets, size), counts[rows])
         banded = rest[4.0 * lengths_needed <= _BAND_COST * size]
         order = banded[np.argsort(-lengths[banded], kind="stable")]
         start = 0
@@ -950,7 +958,7 @@ def _band_limited_product(
             start = stop
     spectrum[kept] = product[kept]
     dropped = frequencies_all - kept.size
-    return spectrum, 2.0 * dropped * math.exp(log_threshold) / size
+    return spectrum, 2.0 * dropped * math.exp(log_threshold) / size, base
 
 
 def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> ComposedMeasure:

@@ -147,6 +147,10 @@ def _epsilon(
             moments_from=moments_from,
         )
 
+    if step is None:
+        shortcut = _without_grid(components, delta, relative_accuracy) if closed_form else None
+        if shortcut is not None:
+            return shortcut
     # a plan of many components sizes its grids, and chooses its first refinement's step,
     # on a stand-in of a few of them (:mod:`.stand_in`); its bounds are its own
     proxy = stand_in(components) if len(components) >= STAND_IN_COMPONENTS else None
@@ -154,9 +158,6 @@ def _epsilon(
         step = require_positive("step", step)
         first, max_refinements = step, 0
     else:
-        shortcut = _without_grid(components, delta, relative_accuracy) if closed_form else None
-        if shortcut is not None:
-            return shortcut
         first = probe_step(components, delta, relative_accuracy, tail, moments_from=proxy)
         if proxy is not None:
 
