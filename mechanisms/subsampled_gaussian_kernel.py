@@ -38,6 +38,22 @@ def _both_tails(z: float) -> tuple[float, float]:  # pragma: no cover - jitted
 
 
 @numba.njit(cache=True)
+def _ratio(y, q, subsampled):  # pragma: no cover - jitted
+    """(r, expm1(y)) for the base ratio r = log(e^y - (1 - q)) - log q: r = y without
+    subsampling; y + log1p(-(1 - q) e^-y) - log q for y > 1; log1p(expm1(y)/q) otherwise
+    (no log q to cancel, so r keeps a few ulps of its own size:
+    accounting/prv/rounding.py).  expm1(y) is nan where it is not computed; the error
+    model (accounting/prv/rounding.py) reads both off this one computation."""
+    if not subsampled:
+        return y, math.nan
+    if y > 1.0:
+        return y + math.log1p(-(1.0 - q) * math.exp(-y)) - math.log(q), math.nan
+    shifted = math.expm1(y)
+    x = shifted / q
+    return (math.log1p(x) if x > -1.0 else -math.inf), shifted
+
+
+@numba.njit(cache=True)
 def _base_at(l, mu, q, remove, subsampled, log1m_q):  # pragma: no cover - jitted
     """(Pr_C(L <= l), Pr_C(L > l), Pr_S(L <= l), Pr_S(L > l)) at one point, for the
     common measure C = Q0 = N(0, 1) and the sampled one S = P0 = N(mu, 1)."""
@@ -48,15 +64,7 @@ def _base_at(l, mu, q, remove, subsampled, log1m_q):  # pragma: no cover - jitte
         if remove:
             return 0.0, 1.0, 0.0, 1.0
         return 1.0, 0.0, 1.0, 0.0
-    if not subsampled:
-        r = y
-    elif y > 1.0:
-        r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - math.log(q)
-    else:
-        # log(e^y - (1 - q)) - log q = log1p(expm1(y) / q): no log q to cancel, so r
-        # keeps a few ulps of its own size (accounting/prv/rounding.py)
-        x = math.expm1(y) / q
-        r = math.log1p(x) if x > -1.0 else -math.inf
+    r = _ratio(y, q, subsampled)[0]
     z_p = r / mu - 0.5 * mu
     z_q = r / mu + 0.5 * mu
     below_p0, above_p0 = _both_tails(z_p)

@@ -40,7 +40,7 @@ import numba
 import numpy as np
 
 from dpforge.mechanisms.pairs import GaussianPair, LaplacePair, PrivacyLoss, RandomizedResponsePair
-from dpforge.mechanisms.subsampled_gaussian_kernel import _both_tails
+from dpforge.mechanisms.subsampled_gaussian_kernel import _both_tails, _ratio
 
 #: the unit round-off
 U = 2.0**-53
@@ -88,30 +88,35 @@ def argument_amplification(pair: object) -> float:
 
 
 @numba.njit(cache=True)
-def _argument_rounding(l, rate, log_rate, sign, inverse_scale, offset, snapped):  # pragma: no cover - jitted
-    """The rounding of the standardised argument at the loss l (:func:`_errors_kernel`)."""
+def _rounding_of(y, r, shifted, rate, log_rate, inverse_scale, offset, snapped):  # pragma: no cover - jitted
+    """The rounding of the standardised argument at y = sign * l, given the ratio r and
+    expm1(y) as :func:`.subsampled_gaussian_kernel._ratio` computed them
+    (:func:`_errors_kernel`)."""
     u = 1.1102230246251565e-16
-    if not math.isfinite(l):
-        return 0.0
-    y = sign * l
     if rate >= 1.0:
         return 2.0 * u * (abs(y) * inverse_scale + offset)
     if y <= 1.0:
-        shifted = math.expm1(y)
         total = shifted + rate
         if total <= 0.0:  # outside the support the functions are the exact 0 and 1
             return 0.0
         # r = log1p(x), x = expm1(y)/q carrying 2 ulps: r moves by 2u |x|/(1 + x)
         # = 2u |expm1 y| / (expm1 y + q) (large near the edge), plus its own ulp
-        ratio = shifted / rate
-        r = math.log1p(ratio) if ratio > -1.0 else -math.inf
         rounding_r = 2.0 * u * (abs(shifted) / total + abs(r))
         if snapped:  # r within 4 ulps of an atom is moved onto it
             rounding_r += 8.0 * u * max(1.0, abs(r))
         return rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
-    r = y + math.log1p(-(1.0 - rate) * math.exp(-y)) - log_rate
     rounding_r = 2.0 * u * (abs(y) + 2.0 - log_rate + abs(r))
     return rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
+
+
+@numba.njit(cache=True)
+def _argument_rounding(l, rate, log_rate, sign, inverse_scale, offset, snapped):  # pragma: no cover - jitted
+    """The rounding of the standardised argument at the loss l (:func:`_errors_kernel`)."""
+    if not math.isfinite(l):
+        return 0.0
+    y = sign * l
+    r, shifted = _ratio(y, rate, rate < 1.0)
+    return _rounding_of(y, r, shifted, rate, log_rate, inverse_scale, offset, snapped)
 
 
 @numba.njit(cache=True)
@@ -161,10 +166,10 @@ def _errors_kernel(ell, v0, v1, v2, v3, rate, sign, inverse_scale, offset, gauss
 def _gaussian_base_kernel(ell, mu, q, remove):  # pragma: no cover - jitted
     """A subsampled Gaussian's base functions (:func:`.subsampled_gaussian_kernel._base_at`)
     and their modelled errors in one pass.  The ratio r and its rounding share one
-    expm1 and one log1p (or one exp and one log1p) per point: as
-    :func:`_argument_rounding` and ``_base_at`` computed them apart, the same operations
-    on the same operands, so the same numbers (they were 40 % of the pass)."""
-    u = 1.1102230246251565e-16
+    expm1 and one log1p (or one exp and one log1p) per point
+    (:func:`.subsampled_gaussian_kernel._ratio`, then :func:`_rounding_of`): the same
+    numbers :func:`_argument_rounding` and ``_base_at`` give apart (they were 40 % of
+    the pass)."""
     size = ell.size
     values = np.empty((4, size))
     errors = np.empty((4, size))
@@ -175,24 +180,8 @@ def _gaussian_base_kernel(ell, mu, q, remove):  # pragma: no cover - jitted
     for i in range(size):
         l = ell[i]
         y = l if remove else -l
-        argument = 0.0
-        if not subsampled:
-            r = y
-            if math.isfinite(l):
-                argument = 2.0 * u * (abs(y) * inverse_scale + offset)
-        elif y > 1.0:
-            r = y + math.log1p(-(1.0 - q) * math.exp(-y)) - log_rate
-            if math.isfinite(l):
-                rounding_r = 2.0 * u * (abs(y) + 2.0 - log_rate + abs(r))
-                argument = rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
-        else:
-            shifted = math.expm1(y)
-            x = shifted / q
-            r = math.log1p(x) if x > -1.0 else -math.inf
-            total = shifted + q
-            if math.isfinite(l) and total > 0.0:
-                rounding_r = 2.0 * u * (abs(shifted) / total + abs(r))
-                argument = rounding_r * inverse_scale + 2.0 * u * (abs(r) * inverse_scale + offset)
+        r, shifted = _ratio(y, q, subsampled)
+        argument = _rounding_of(y, r, shifted, q, log_rate, inverse_scale, offset, False) if math.isfinite(l) else 0.0
         if subsampled and not y > log1m_q:
             # remove: l <= log(1-q), below every loss; add: l >= -log(1-q), above every loss
             c_le, c_gt, s_le, s_gt = (0.0, 1.0, 0.0, 1.0) if remove else (1.0, 0.0, 1.0, 0.0)
