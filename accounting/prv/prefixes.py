@@ -20,25 +20,48 @@ import numpy as np
 from scipy import fft as sp_fft
 
 from dpforge.accounting.prv.components import atom_aligned_step, directions_for, discretise_all
+from dpforge.accounting.prv.band import band_transforms
 from dpforge.accounting.prv.compose import (
+    _BAND_COST,
+    _PRUNE_SHARE,
+    _ROUNDING_FACTOR,
+    _U,
     ComposedMeasure,
     _chernoff_lambdas,
     _log_mgf,
-    _place,
-    _product_of_powers,
+    _placed_spectra,
+    _power,
     _roundoff_per_entry,
     no_finite_window,
+    roundoff_model,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.engine import epsilon as prv_epsilon
 from dpforge.accounting.prv.limits import check_grid, check_held, memory_budget
+from dpforge.accounting.prv.spectral_rows import SpectralRow, unit_roots
 from dpforge.accounting.results import EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.validation import require_probability_open
 
 
-def compose_prefixes(parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: float) -> Iterator[ComposedMeasure]:
+#: the prefix products transform every this-many-th measure on the whole window, to bound
+#: the composed spectrum, and the others at the frequencies that bound keeps only
+#: (as :func:`.compose._band_limited_product`)
+_BAND_SAMPLE = 8
+#: a row is read off its band of frequencies (:class:`.spectral_rows.SpectralRow`) when
+#: the band holds at most 1 / this of the window's frequencies, else by an inverse
+#: transform of the window (:class:`.compose.ComposedMeasure`)
+_SPECTRAL_SHARE = 8
+#: of the rows read off their band, every this-many-th (and the last) is also inverse
+#: transformed for the round-off witness (twice its largest negative entry,
+#: :func:`.compose._roundoff_per_entry`), which the rows after it carry
+_WITNESS_EVERY = 32
+
+
+def compose_prefixes(
+    parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: float
+) -> Iterator[ComposedMeasure | SpectralRow]:
     """The composed measure after each part (a part: measures with counts, all on one
     step), one at a time: each is yielded before the next is formed, so the caller holds
     one window at a time (a list of them took 16 bytes a point a prefix: 6.6 GB added
@@ -48,7 +71,23 @@ def compose_prefixes(parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: f
     :func:`.compose.compose`, whose round-off the allowance models), not complex
     logarithms summed and exponentiated; the mass at +inf is a running sum of
     count log1p(-a) (:func:`.compose.composed_infinity` of each prefix, without summing
-    every earlier part again)."""
+    every earlier part again).
+
+    Only a band of low frequencies is kept once the rest is negligible for every row to
+    come: every ``_BAND_SAMPLE``-th measure is transformed on the whole window, and
+    M_f = prod_i (|z_if| + e_i)^{c_i} over the measures so far, with the others'
+    |z_if| bounded by their mass (:func:`.compose._band_limited_product`'s bound; the
+    weights are non-negative), bounds the prefix's spectrum.  At each whole transform the
+    band is cut to the fewest frequencies whose dropped bounds sum to at most
+    ``_PRUNE_SHARE`` of the round-off model times M_0 (a later row's bound is this one's
+    times factors of at most its mass, its model larger: the band only narrows); each
+    row adds (2/n) sum_{f >= G} M_f, which dropping moved each of its entries at most, to
+    its allowance.  The other measures are transformed at the band only
+    (:func:`.band.band_transforms`), and a row whose band is at most 1 / ``_SPECTRAL_SHARE``
+    of the window is yielded as its band (:class:`.spectral_rows.SpectralRow`), its
+    allowance the model at the peak that its spectrum bounds, (|S_0| + 2 sum |S_f|) / n,
+    or the latest witness if larger.  10,000 phases of 10 steps on 194,400 points keep
+    a few hundred frequencies after the first phases and 60-odd at the end."""
     everything = [item for part in parts for item in part]
     step = everything[0][0].step
     lam = _chernoff_lambdas(everything, tail)
@@ -67,27 +106,103 @@ def compose_prefixes(parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: f
         raise no_finite_window()
     check_grid((top - bottom) / step + 3, "the FFT window of the prefix compositions")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
-    spectrum = np.ones(size // 2 + 1, dtype=complex)
-    row = np.zeros(size)
-    base, count_so_far, log_survival = 0.0, 0, 0.0
-    for part, part_cumulant in zip(parts, cumulants):
+    frequencies = size // 2 + 1
+    centres = [int(round(measure.mean_index())) for measure, _ in everything]
+    offsets = np.array([measure.first_index - centre for (measure, _), centre in zip(everything, centres)], dtype=np.int64)
+    masses = np.array([float(np.sum(measure.masses)) for measure, _ in everything])
+    errors = ((_ROUNDING_FACTOR * math.log2(size) + 2.0) * _U + 2.0 * _U) * masses
+    with np.errstate(divide="ignore"):
+        logs = np.log(masses + errors)
+    band = frequencies
+    spectrum = np.ones(frequencies, dtype=complex)
+    bound = np.zeros(frequencies)  # sum over the whole-transformed measures of c log(|z| + e)
+    log_rest = 0.0  # sum over the others of c log(mass + e)
+    log_mass = 0.0  # sum over all of c log(mass + e): log M_0
+    dropped = 0.0  # sum_{f >= band} e^{bound_f}
+    banded: dict[int, np.ndarray] = {}
+    weights = [measure.masses for measure, _ in everything]
+    witness = 0.0
+    roots = None
+    base, count_so_far, log_survival, index = 0.0, 0, 0.0, 0
+    for part_index, (part, part_cumulant) in enumerate(zip(parts, cumulants)):
         for measure, count in part:
-            centre = int(round(measure.mean_index()))
-            row[:] = 0.0
-            _place(row, measure.masses, measure.first_index - centre)
-            spectrum *= _product_of_powers(sp_fft.rfft(row)[None, :], np.array([count], dtype=np.int64))
-            base += count * (centre * step - measure.shift)
+            if index % _BAND_SAMPLE == 0:
+                whole = _placed_spectra(np.array([index]), weights, offsets, size)[0]
+                with np.errstate(divide="ignore"):
+                    bound += count * np.log(np.abs(whole) + errors[index])
+                spectrum *= _power(whole[:band], count)
+                log_mass += count * float(logs[index])
+                band, dropped = _narrowed_band(bound, log_rest, log_mass, count_so_far + count, size, band)
+                spectrum = spectrum[:band]
+                banded = _band_spectra(everything, offsets, index + 1, band, size)
+            else:
+                spectrum *= _power(banded.pop(index), count)
+                log_rest += count * float(logs[index])
+                log_mass += count * float(logs[index])
+            base += count * (centres[index] * step - measure.shift)
             count_so_far += count
             log_survival += count * math.log1p(-measure.infinity_mass)
-        composed = sp_fft.irfft(spectrum, size)
+            index += 1
         first = int(math.floor((bottom - base) / step))
-        positions = base + np.arange(first, first + size) * step
-        masses = np.roll(composed, -first)  # composed[(first + j) mod size]: two slices copied, no gather
-        above = float(np.exp(np.min(part_cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
-        below = float(np.exp(np.min(part_cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
-        yield ComposedMeasure(
-            positions, masses, above, below, -math.expm1(log_survival), _roundoff_per_entry(composed, count_so_far), size
-        )
+        last_position = base + (first + size - 1) * step
+        above = float(np.exp(np.min(part_cumulant[positive] - lam[positive] * (last_position + 0.5 * step))))
+        below = float(np.exp(np.min(part_cumulant[~positive] - lam[~positive] * (base + (first - 0.5) * step))))
+        infinity = -math.expm1(log_survival)
+        pruned = 2.0 * dropped * math.exp(log_rest) / size if band < frequencies else 0.0
+        spectral = band * _SPECTRAL_SHARE <= frequencies
+        if not spectral or part_index % _WITNESS_EVERY == 0 or part_index == len(parts) - 1:
+            composed = sp_fft.irfft(np.concatenate([spectrum, np.zeros(frequencies - band)]), size)
+            if not spectral:
+                positions = base + np.arange(first, first + size) * step
+                masses_row = np.roll(composed, -first)  # composed[(first + j) mod size]: two slices copied, no gather
+                yield ComposedMeasure(
+                    positions, masses_row, above, below, infinity, _roundoff_per_entry(composed, count_so_far) + pruned, size
+                )
+                continue
+            witness = 2.0 * max(-float(np.min(composed)), 0.0)
+        peak = (abs(spectrum[0].real) + 2.0 * float(np.sum(np.abs(spectrum[1:])))) / size
+        roundoff = max(roundoff_model(count_so_far, size) * peak, witness) + pruned
+        roots = unit_roots(size) if roots is None else roots
+        yield SpectralRow(spectrum.copy(), size, base, first, step, above, below, infinity, roundoff, roots)
+
+
+def _narrowed_band(
+    bound: np.ndarray, log_rest: float, log_mass: float, count: int, size: int, band: int
+) -> tuple[int, float]:
+    """(the fewest low frequencies, at most ``band``, whose dropped bounds
+    e^{bound_f + log_rest} sum to at most ``_PRUNE_SHARE`` times the round-off model of
+    ``count`` steps times M_0 = e^{log_mass}; sum_{f >= that} e^{bound_f})
+    (:func:`compose_prefixes`)."""
+    log_target = math.log(_PRUNE_SHARE * roundoff_model(count, size)) + log_mass - log_rest
+    if not math.isfinite(log_target):
+        return band, float(np.sum(np.exp(bound[band:])))
+    terms = np.exp(bound[:band])
+    suffix = np.cumsum(terms[::-1])[::-1]  # suffix[g] = sum_{g <= f < band} e^{bound_f}
+    already = float(np.sum(np.exp(bound[band:])))
+    fits = np.flatnonzero(suffix + already <= math.exp(log_target))
+    narrowed = int(fits[0]) if fits.size else band
+    narrowed = max(narrowed, 1)
+    return narrowed, already + (float(suffix[narrowed]) if narrowed < band else 0.0)
+
+
+def _band_spectra(
+    everything: Sequence[tuple[GridMeasure, int]], offsets: np.ndarray, start: int, band: int, size: int
+) -> dict[int, np.ndarray]:
+    """The transforms at frequencies below ``band`` of the measures from ``start`` up to
+    the next whole-transformed one (:func:`compose_prefixes`): by chirp z-transforms
+    where a transform of the band costs less than one of the window
+    (``_BAND_COST``, as :func:`.compose._band_limited_product`), else whole."""
+    indices = np.arange(start, min(len(everything), start - start % _BAND_SAMPLE + _BAND_SAMPLE))
+    indices = indices[indices % _BAND_SAMPLE != 0]
+    if indices.size == 0:
+        return {}
+    values = [everything[i][0].masses for i in indices]
+    longest = max(v.size for v in values)
+    if longest <= size and 4.0 * sp_fft.next_fast_len(longest + band - 1) <= _BAND_COST * size:
+        spectra = band_transforms(values, offsets[indices], band, size)
+    else:
+        spectra = _placed_spectra(indices, [m.masses for m, _ in everything], offsets, size)[:, :band]
+    return {int(i): spectra[row] for row, i in enumerate(indices)}
 
 
 #: rows of a prefix table that are refined on their own when they come back wider than
@@ -164,13 +279,15 @@ def epsilon_prefixes(
                     held += sum(measure.masses.nbytes for measure, _ in measures[-1])
                     check_held(held, "the one-step measures of the plan's phases")
                 composed = compose_prefixes(measures, tail)
+                hint = None
                 for index, measure in enumerate(composed):
                     floor = lows[index - 1] if index > 0 else 0.0
+                    eps, hint = _row_epsilon(measure, kind, delta, floor, hint)
                     if kind == "lower":
-                        lows[index] = max(measure.lower_profile(floor).epsilon(delta), floor)
+                        lows[index] = max(eps, floor)
                         rows[index] = (max(rows[index][0], lows[index]), rows[index][1])
                     else:
-                        rows[index] = (rows[index][0], max(rows[index][1], measure.upper_profile(floor).epsilon(delta)))
+                        rows[index] = (rows[index][0], max(rows[index][1], eps))
     # a row wider than asked is refined on its own when there are few such rows: a plan's
     # short first phases have a small eps, which the whole plan's grid resolves less
     # finely (the warm-up row of examples/plans/within_budget.toml came back 1.3e-3 wide)
@@ -217,6 +334,17 @@ def epsilon_prefixes(
             )
         )
     return [*results, full]
+
+
+def _row_epsilon(
+    row: ComposedMeasure | SpectralRow, kind: str, delta: float, floor: float, hint: int | None
+) -> tuple[float, int | None]:
+    """(a prefix row's certified ``kind`` bound on eps(delta), read from ``floor`` up; the
+    window entry to start the next row's search from)."""
+    if isinstance(row, SpectralRow):
+        return row.epsilon(kind, delta, floor, hint)
+    profile = row.upper_profile(floor) if kind == "upper" else row.lower_profile(floor)
+    return profile.epsilon(delta), None
 
 
 def epsilon_of_all(

@@ -62,11 +62,14 @@ def test_each_prefix_is_the_composition_of_its_parts():
     from dpforge.accounting.prv.compose import compose
     from dpforge.accounting.prv.prefixes import compose_prefixes
 
+    from dpforge.accounting.prv.spectral_rows import SpectralRow
+
     parts = _parts_on_one_step(5)
     for count, together in enumerate(compose_prefixes(parts, 1e-12), start=1):
         alone = compose([item for part in parts[:count] for item in part], 1e-12)
         for eps in (0.0, 0.3, 1.0):
-            assert together.upper_profile().delta(eps) == pytest.approx(alone.upper_profile().delta(eps), rel=1e-6, abs=1e-15)
+            read = together.delta("upper", eps) if isinstance(together, SpectralRow) else together.upper_profile().delta(eps)
+            assert read == pytest.approx(alone.upper_profile().delta(eps), rel=1e-6, abs=1e-15)
         assert together.infinity == pytest.approx(alone.infinity, rel=1e-12, abs=1e-300)
 
 
@@ -157,3 +160,42 @@ def test_a_profile_read_from_a_floor_gives_the_same_eps_above_it(delta):
         else:
             assert above.epsilon(delta) <= answer
         assert np.all(np.diff(above.positions) > 0)
+
+
+@pytest.mark.parametrize("delta, tolerance", [(1e-5, 1e-7), (1e-10, 1e-4)])
+def test_rows_read_off_their_band_match_rows_read_off_the_whole_window(monkeypatch, delta, tolerance):
+    """verify's rows, composed at the band their bound keeps and read off that spectrum
+    (.spectral_rows), against the same rows with every measure transformed on the whole
+    window and every row inverse transformed and read entry by entry (the reading before
+    them): each pair of certified brackets overlaps and agrees to the sums' error bound
+    and the dropped frequencies' allowance, and most rows were read off their band."""
+    import importlib
+    import random
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    spectral_rows = importlib.import_module("dpforge.accounting.prv.spectral_rows")
+    draw = random.Random(7)
+    parts = []
+    for _ in range(50):
+        mechanism = Gaussian(draw.uniform(0.7, 2.0)) if draw.random() < 0.6 else Laplace(draw.uniform(0.8, 4.0))
+        parts.append(Composed([(PoissonSampled(mechanism, draw.uniform(0.003, 0.04)), draw.randint(1, 20))]))
+    kinds = []
+    compose_prefixes = prefixes.compose_prefixes
+
+    def counted(*args):
+        for row in compose_prefixes(*args):
+            kinds.append(isinstance(row, spectral_rows.SpectralRow))
+            yield row
+
+    monkeypatch.setattr(prefixes, "compose_prefixes", counted)
+    banded = epsilon_prefixes(parts, delta)
+    assert sum(kinds) >= 0.8 * len(kinds)
+    monkeypatch.setattr(prefixes, "_SPECTRAL_SHARE", 10**18)
+    monkeypatch.setattr(prefixes, "_narrowed_band", lambda bound, log_rest, log_mass, count, size, band: (band, 0.0))
+    kinds.clear()
+    whole = epsilon_prefixes(parts, delta)
+    assert not any(kinds)
+    for row, reference in zip(banded, whole):
+        assert row.lower <= reference.upper and reference.lower <= row.upper
+        assert row.lower == pytest.approx(reference.lower, rel=tolerance)
+        assert row.upper == pytest.approx(reference.upper, rel=tolerance)

@@ -1,0 +1,317 @@
+"""epsilon(delta) of a composed measure read off its band-limited spectrum, without an
+inverse transform: verify's rows (:func:`.prefixes.compose_prefixes`).
+
+A prefix of a long plan is composed on the window of the whole plan, where its spectrum
+is negligible beyond a narrow band of G frequencies (10,000 phases of 10 steps on
+194,400 points keep a few hundred to a few dozen), yet each row took an inverse
+transform of the whole window and a pass over it to read its epsilon.  The profile
+needs only tail sums of the composed masses: on the window, p_j = (1/n) Re sum_{f < G}
+c_f S_f w^{(o + j) f} (w = e^{2 pi i / n}, c_0 = 1 and c_f = 2 otherwise, o the row's
+offset), so for any start a and length N, by the geometric series,
+
+    T_rho(a, N) = sum_{t < N} p_{a + t} rho^t
+                = (1/n) Re [ sum_f V_f w^{a f} - rho^N sum_f V_f w^{(a + N) f} ],
+    V_f = c_f S_f / (1 - rho w^f)
+
+(the f = 0 term of rho = 1 is S_0 N / n).  The end a + N is the window's end, the same
+for every start, so its sum is formed once a row; each start then costs one pass over
+the band.  The profile at a grid point x_J is constant + T_1 - e^{-h} T_{e^{-h}} over
+the entries above it (:class:`.compose.ComposedProfile`), so epsilon(delta) is found by
+a search over J from the previous row's answer (a handful of evaluations of G terms)
+and solved in the last cell exactly as there.
+
+Weights.  The upper profile's weights are p_j + r (r the row's per-entry allowance:
+round-off model plus what the dropped frequencies can move an entry), the lower one's
+p_j - r: the composed law's true masses lie within r of the p_j, so these bound the sums
+from above and below; they are linear in p, which the spectral sums need (the whole
+window's reading takes max(p_j, 0) + r and max(p_j - r, 0), within r of these at each
+entry).  Neither bound needs the profile to be monotone in between: the upper bound is
+a point where the upper profile is at most delta (the composed law's delta is at most
+that there, and only falls beyond), the lower bound one where the lower profile equals
+delta (the law's delta is at least that there, and at least as large before).
+
+Accuracy of the sums.  Every angle is reduced exactly ((a f) mod n as integers) before
+its cosine and sine, and 1 - rho w^f is formed without cancellation
+(-expm1(-h) + e^{-h} 2 sin(pi f/n) (sin(pi f/n) - i cos(pi f/n))), so each term is
+within a few u of its modulus; the sums' error is bounded by
+(32 + 2 log2 G) u (sum_f |V_f| (1 + rho^N) + |S_0| N) / n, added to the upper and
+taken from the lower profile (:func:`tail_sums`).  This is 1e-15-1e-14 of delta's
+scale, far below the allowance's r N; it is checked against long double sums over the
+inverse transform in ``tests/accounting/prv/test_spectral_rows.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+_U = np.finfo(float).eps / 2
+#: points evaluated a round by :meth:`SpectralRow.epsilon`'s search
+_ROUND_POINTS = 16
+
+
+#: the error of each :func:`unit_roots` entry, in u: within half an ulp where long double
+#: carries more digits than double (each angle and its cosine and sine formed there),
+#: else the angle's own rounding, 2 pi k / n within 2 u of itself, about 4 pi u
+_ROOT_ERROR = 1.0 if np.finfo(np.longdouble).eps < np.finfo(float).eps else 14.0
+
+
+def unit_roots(size: int) -> np.ndarray:
+    """w^k = e^{2 pi i k / n} for k < n, each within ``_ROOT_ERROR`` u."""
+    pi = np.arccos(np.longdouble(-1.0))
+    angles = np.arange(size, dtype=np.longdouble) * (2 * pi / size)
+    return np.cos(angles).astype(float) + 1j * np.sin(angles).astype(float)
+
+
+def _real_sums(indices: np.ndarray, values: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Re sum_f values_f w^{a f} for every a in ``indices``: the exponent reduced
+    exactly, (a f) mod n, and looked up in ``roots`` (:func:`unit_roots`: a gather where
+    a cosine and sine each cost five times more), the real parts of the products formed
+    and summed pairwise along each row (numpy's sum over a contiguous axis)."""
+    size = roots.size
+    turns = (np.asarray(indices, dtype=np.int64)[:, None] % size) * np.arange(values.size, dtype=np.int64)[None, :] % size
+    phases = roots[turns]
+    return np.sum(phases.real * values.real - phases.imag * values.imag, axis=1)
+
+
+def _sum_error(band: int) -> float:
+    """The relative error bound, over sum_f |V_f|, of :func:`_real_sums`: each V_f within
+    8 u (a division by 1 - rho w^f formed within 4 u), each root within ``_ROOT_ERROR``
+    u, the real part of the product within 3 u more, and pairwise summation within
+    (log2 G + 1) u of the sum of the moduli; with margin, (16 + _ROOT_ERROR + log2 G) u."""
+    return (16.0 + _ROOT_ERROR + math.log2(band + 1)) * _U
+
+
+@dataclass(frozen=True)
+class _Series:
+    """V_f = c_f S_f / (1 - rho w^f) of one ratio rho, with its sum at the window's end."""
+
+    values: np.ndarray
+    #: Re sum_f V_f w^{end f}
+    at_end: float
+    #: sum_f |V_f|, for the error bound
+    magnitude: float
+
+
+def _series(spectrum: np.ndarray, roots: np.ndarray, decay: float, step: float, end: int) -> _Series:
+    """:class:`_Series` for rho = ``decay`` (1 or e^{-step}); the f = 0 term of rho = 1
+    is left out (:func:`tail_sums` adds S_0 N / n)."""
+    band, size = spectrum.size, roots.size
+    f = np.arange(band, dtype=float)
+    half = np.sin(math.pi * f / size)
+    one_minus = 2.0 * half * (half - 1j * np.cos(math.pi * f / size))  # 1 - w^f
+    if decay != 1.0:
+        one_minus = -math.expm1(-step) + decay * one_minus
+    weights = np.full(band, 2.0)
+    weights[0] = 1.0
+    if 2 * (band - 1) == size:  # the Nyquist frequency appears once
+        weights[-1] = 1.0
+    values = np.zeros(band, dtype=complex)
+    start = 1 if decay == 1.0 else 0
+    values[start:] = weights[start:] * spectrum[start:] / one_minus[start:]
+    at_end = float(_real_sums(np.array([end]), values, roots)[0])
+    return _Series(values, at_end, float(np.sum(np.abs(values))))
+
+
+def tail_sums(
+    spectrum: np.ndarray, size: int, step: float, starts: np.ndarray, end: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(sum_{c = a}^{end - 1} p_c, sum_{c = a}^{end - 1} p_c e^{-(c - a) h}, and a bound on
+    each one's floating-point error) for every a in ``starts``, p_c = (1/n) Re sum_{f < G}
+    c_f S_f w^{c f} the inverse transform of the band ``spectrum`` (module docstring)."""
+    roots = unit_roots(size)
+    first, second = _series(spectrum, roots, 1.0, step, end), _series(spectrum, roots, math.exp(-step), step, end)
+    return _sums(spectrum, roots, step, np.asarray(starts, dtype=np.int64), end, first, second)
+
+
+def _sums(
+    spectrum: np.ndarray, roots: np.ndarray, step: float, starts: np.ndarray, end: int, first: _Series, second: _Series
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`tail_sums` with the row's two series formed."""
+    size = roots.size
+    counts = (end - starts).astype(float)
+    # each sum within _sum_error of sum |V|, the differences and the division by n
+    # within 3 u of their terms' moduli
+    scale = (_sum_error(spectrum.size) + 4.0 * _U) / size
+    plain = (_real_sums(starts, first.values, roots) - first.at_end + spectrum[0].real * counts) / size
+    plain_error = scale * (2.0 * first.magnitude + abs(spectrum[0].real) * counts)
+    ratio = np.exp(-step * counts)
+    discounted = (_real_sums(starts, second.values, roots) - ratio * second.at_end) / size
+    discounted_error = scale * second.magnitude * (1.0 + ratio)
+    return plain, discounted, plain_error, discounted_error
+
+
+@dataclass(frozen=True)
+class SpectralRow:
+    """A composed measure on a window of ``size`` points held as its band of frequencies:
+    mass p_j at ``base + (first + j) step`` for j < ``size`` is
+    (1/n) Re sum_{f < G} c_f spectrum_f w^{(first + j) f}, within ``roundoff`` of the
+    composed law's; ``above``/``below`` bound the mass beyond the window and
+    ``infinity`` is the mass at +inf, as in :class:`.compose.ComposedMeasure`."""
+
+    spectrum: np.ndarray
+    size: int
+    base: float
+    first: int
+    step: float
+    above: float
+    below: float
+    infinity: float
+    roundoff: float
+    #: :func:`unit_roots` of ``size`` (shared by the rows of one window)
+    roots: np.ndarray
+
+    @property
+    def grid_size(self) -> int:
+        """The window's points (as :attr:`.compose.ComposedMeasure.grid_size`)."""
+        return self.size
+
+    def position(self, index: int) -> float:
+        """The position of window entry ``index``."""
+        return self.base + (self.first + index) * self.step
+
+    def masses(self, entries: np.ndarray) -> np.ndarray:
+        """p_j for j in ``entries``: (1/n) Re sum_f c_f S_f w^{(first + j) f}."""
+        weights = np.full(self.spectrum.size, 2.0)
+        weights[0] = 1.0
+        if 2 * (self.spectrum.size - 1) == self.size:
+            weights[-1] = 1.0
+        return _real_sums(self.first + np.asarray(entries, dtype=np.int64), weights * self.spectrum, self.roots) / self.size
+
+    def delta(self, kind: str, epsilon: float) -> float:
+        """The ``kind`` ('upper' or 'lower') profile at ``epsilon`` (as
+        :meth:`.compose.ComposedProfile.delta` of the whole window's profile, with the
+        weights p_j +- r of the module docstring)."""
+        profile = _Profile(self, kind)
+        entry = max(0, int(math.floor((epsilon - self.base) / self.step)) - self.first + 1)
+        while entry < profile.stop and self.position(entry) <= epsilon:
+            entry += 1
+        if entry >= profile.stop:
+            return max(profile.constant, 0.0)
+        plain, discounted = profile.parts(np.array([entry]))
+        value = profile.constant + float(plain[0]) - math.exp(epsilon - self.position(entry)) * float(discounted[0])
+        return max(value, 0.0)
+
+    def epsilon(self, kind: str, delta: float, floor: float = 0.0, hint: int | None = None) -> tuple[float, int]:
+        """(the smallest eps >= 0 where the ``kind`` ('upper' or 'lower') profile is at
+        most ``delta``, the window entry where it was solved): as
+        :meth:`.compose.ComposedMeasure.upper_profile` and ``lower_profile`` read from
+        ``floor`` (the previous row's certified lower bound: eps only grows with the
+        prefix), by a search started at ``hint`` (the previous row's entry)."""
+        upper = kind == "upper"
+        profile = _Profile(self, kind)
+        constant, stop = profile.constant, profile.stop
+        if upper and constant >= delta:
+            return math.inf, self.size
+        # the entries the profile reads: positions above 0 and at or above the floor
+        zero = max(0, int(math.floor(-self.base / self.step)) - self.first + 1)
+        start = zero
+        if floor > 0:
+            start = max(start, int(math.ceil((floor - self.base) / self.step - 1e-9)) - self.first)
+        start = min(start, stop - 1)
+        if not (upper and floor > 0):
+            # the profile at eps = 0: constant + sum_{x_j > 0} w_j (1 - e^{-x_j})
+            at_zero = constant
+            if zero < stop:
+                plain, discounted = profile.parts(np.array([zero]))
+                at_zero += float(plain[0]) - math.exp(-self.position(zero)) * float(discounted[0])
+            if max(at_zero, 0.0) <= delta:
+                return 0.0, zero
+        # search: low is below the answer (or start - 1), high at or above it
+        low, high = start - 1, stop - 1
+        if hint is not None and start <= hint < high:
+            offsets = 2 ** np.arange(_ROUND_POINTS // 2)
+            candidates = np.unique(np.clip(np.concatenate([hint - offsets[::-1] + 1, hint + offsets]), start, high - 1))
+            low, high = _narrow(candidates, profile.at_points(candidates), delta, low, high)
+        while high - low > 1:
+            count = min(_ROUND_POINTS, high - low - 1)
+            candidates = np.unique(np.linspace(low + 1, high - 1, count).round().astype(np.int64))
+            low, high = _narrow(candidates, profile.at_points(candidates), delta, low, high)
+        entry = high
+        suffix, discounted = profile.parts(np.array([entry]))
+        left = self.position(entry - 1) if entry > start else 0.0
+        x = self.position(entry)
+        numerator = constant + float(suffix[0]) - delta
+        denominator = float(discounted[0])
+        if denominator <= 0 or numerator <= 0:
+            eps = max(left, 0.0) if numerator <= 0 else x
+        else:
+            eps = min(max(x + math.log(numerator / denominator), left), x)
+        if upper and floor > 0:
+            eps = max(eps, floor)
+        return float(eps), entry
+
+    def _lower_stop(self) -> int:
+        """About the first entry above the peak where p_j falls below the allowance: the
+        first of 65 evenly spaced entries past the largest of them where it is below,
+        then 16-point rounds back to the first such entry (any stop is sound for the
+        lower profile; this one drops the far tail, whose entries lie below the
+        allowance, and the mass below the window that aliased to its top)."""
+        coarse = np.unique(np.linspace(0, self.size - 1, 65).round().astype(np.int64))
+        values = self.masses(coarse)
+        peak = int(np.argmax(values))
+        under = np.flatnonzero(values[peak:] < self.roundoff)
+        if under.size == 0:
+            return self.size
+        low, high = int(coarse[peak + under[0] - 1]), int(coarse[peak + under[0]])
+        while high - low > 1:
+            candidates = np.unique(np.linspace(low + 1, high - 1, min(_ROUND_POINTS, high - low - 1)).round().astype(np.int64))
+            low, high = _narrow(candidates, self.masses(candidates), self.roundoff, low, high)
+        return high
+
+
+class _Profile:
+    """One bound's profile of a :class:`SpectralRow`: its constant, the entries it reads
+    (below ``stop``), and its tail sums."""
+
+    def __init__(self, row: SpectralRow, kind: str) -> None:
+        upper = kind == "upper"
+        self.row = row
+        self.constant = (
+            row.infinity + row.above + (row.below if row.position(0) > 0 else 0.0) if upper else -(row.above + row.below)
+        )
+        self.weight = row.roundoff if upper else -row.roundoff
+        self.sign = 1.0 if upper else -1.0
+        # the lower profile reads the entries below the first where p_j falls under the
+        # allowance only (a sub-measure: still a lower bound; each entry above it would
+        # take up to r, at delta = 1e-10 about as much as the profile itself)
+        self.stop = row.size if upper else row._lower_stop()
+        end = row.first + self.stop
+        self.series = (
+            _series(row.spectrum, row.roots, 1.0, row.step, end),
+            _series(row.spectrum, row.roots, math.exp(-row.step), row.step, end),
+        )
+
+    def parts(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sum_{J <= j < stop} w_j, sum_{J <= j < stop} w_j e^{-(j - J) h}) for each J
+        in ``entries``, with their error bounds added (upper) or taken (lower)."""
+        row = self.row
+        plain, discounted, plain_error, discounted_error = _sums(
+            row.spectrum, row.roots, row.step, row.first + entries, row.first + self.stop, *self.series
+        )
+        counts = np.maximum(self.stop - entries, 0).astype(float)
+        plain = plain + self.weight * counts + self.sign * plain_error
+        discounted = discounted + self.weight * (np.expm1(-row.step * counts) / math.expm1(-row.step))
+        return plain, discounted - self.sign * discounted_error
+
+    def at_points(self, entries: np.ndarray) -> np.ndarray:
+        """The profile at position(J), J in ``entries``: constant + sum_{j > J} w_j
+        (1 - e^{-(j - J) h}) (each error bound moving it towards the side it bounds)."""
+        after, discounted = self.parts(entries + 1)
+        return self.constant + after - math.exp(-self.row.step) * discounted
+
+
+def _narrow(candidates: np.ndarray, values: np.ndarray, delta: float, low: int, high: int) -> tuple[int, int]:
+    """The bracket (low, high) after evaluating the profile at ``candidates`` (sorted,
+    inside it): high the first where it is at most ``delta``, low the one before."""
+    below = np.flatnonzero(values <= delta)
+    if below.size:
+        index = int(below[0])
+        high = int(candidates[index])
+        if index > 0:
+            low = int(candidates[index - 1])
+    else:
+        low = int(candidates[-1])
+    return low, high

@@ -1,0 +1,141 @@
+"""Rows read off their band of frequencies (verify's prefix table): the tail sums against
+long double sums over the inverse transform, the eps against the whole window's reading,
+and the bounds against a closed form."""
+
+from __future__ import annotations
+
+import importlib
+import math
+
+import mpmath
+import numpy as np
+import pytest
+
+spectral_rows = importlib.import_module("dpforge.accounting.prv.spectral_rows")
+
+
+def _bump(size: int, centre: float, width: float) -> np.ndarray:
+    """A smooth law on the window: a Gaussian bump with a heavier right shoulder."""
+    index = np.arange(size, dtype=float)
+    values = np.exp(-0.5 * ((index - centre) / width) ** 2) + 0.05 * np.exp(-0.5 * ((index - centre - 3 * width) / (2 * width)) ** 2)
+    return values / values.sum()
+
+
+def _long_double_masses(spectrum: np.ndarray, size: int, entries: np.ndarray) -> np.ndarray:
+    """(1/n) Re sum_f c_f S_f w^{c f} in long double, term by term."""
+    pi = np.arccos(np.longdouble(-1.0))
+    f = np.arange(spectrum.size, dtype=np.int64)
+    weights = np.where(f == 0, 1.0, 2.0).astype(np.longdouble)
+    turns = (entries.astype(np.int64)[:, None] * f[None, :]) % size
+    angles = turns.astype(np.longdouble) * (2 * pi / size)
+    real = spectrum.real.astype(np.longdouble)
+    imag = spectrum.imag.astype(np.longdouble)
+    return (np.cos(angles) * real - np.sin(angles) * imag) @ weights / size
+
+
+def test_tail_sums_match_long_double_sums_over_the_inverse_transform():
+    """sum_{c >= a} p_c and sum_{c >= a} p_c e^{-(c - a) h} from the band alone, for
+    starts across the window and an end short of it, within the error bound returned,
+    and that bound far below the scale of the sums (so it can fail)."""
+    size, band, step = 4320, 180, 1e-3
+    spectrum = np.fft.rfft(_bump(size, 1500.0, 60.0))[:band]
+    end = 3900
+    starts = np.array([0, 700, 1499, 1500, 1800, 2300, 2900, 3500, 3899])
+    plain, discounted, plain_error, discounted_error = spectral_rows.tail_sums(spectrum, size, step, starts, end)
+    masses = _long_double_masses(spectrum, size, np.arange(size))
+    for index, a in enumerate(starts):
+        tail = masses[a:end]
+        decay = np.exp(-np.longdouble(step) * np.arange(end - a, dtype=np.longdouble))
+        assert abs(np.longdouble(plain[index]) - tail.sum()) <= plain_error[index]
+        assert abs(np.longdouble(discounted[index]) - (tail * decay).sum()) <= discounted_error[index]
+    assert np.all(plain_error < 1e-13) and np.all(discounted_error < 1e-13)
+    assert plain[-1] == pytest.approx(float(masses[3899]), rel=1e-6, abs=1e-15)
+
+
+def _row_from(composed, step: float):
+    """A ComposedMeasure's window as a SpectralRow: the same masses, as their transform."""
+    size = composed.masses.size
+    return spectral_rows.SpectralRow(
+        np.fft.rfft(composed.masses),
+        size,
+        float(composed.positions[0]),
+        0,
+        step,
+        composed.above,
+        composed.below,
+        composed.infinity,
+        composed.roundoff,
+        spectral_rows.unit_roots(size),
+    )
+
+
+@pytest.mark.parametrize("delta, tolerance", [(1e-5, 1e-8), (1e-10, 2e-5)])
+def test_a_row_read_off_its_spectrum_has_the_whole_windows_eps(delta, tolerance):
+    """The same composed window read through its spectrum and through its entries: the
+    same upper and lower eps, from any floor below the answer and from any hint, and the
+    profile itself alike at a few eps.  They differ by the sums' error bound (5e-15
+    here, a thousand times their actual error of 1e-17, since it bounds every
+    cancellation in the worst case) and what the lower profile leaves out above its stop
+    (9e-15 of mass aliased from below the window): 1e-10 and 1e-5 of eps at delta =
+    1e-5 and 1e-10."""
+    components = importlib.import_module("dpforge.accounting.prv.components")
+    compose = importlib.import_module("dpforge.accounting.prv.compose")
+    from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled, flatten
+
+    parts = flatten(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 300), (PoissonSampled(Laplace(2.0), 0.02), 200)]))
+    measures = components.discretise_all(parts, "remove", 2e-3, 1e-12, ("upper", "lower"))
+    for kind in ("upper", "lower"):
+        composed = compose.compose(measures[kind], 1e-12)
+        whole = composed.upper_profile() if kind == "upper" else composed.lower_profile()
+        row = _row_from(composed, 2e-3)
+        answer = whole.epsilon(delta)
+        for floor in (0.0, 0.5 * answer, answer - 1e-2):
+            for hint in (None, 0, row.size // 2, row.size - 2):
+                eps, entry = row.epsilon(kind, delta, floor, hint)
+                assert eps == pytest.approx(answer, rel=tolerance), (kind, floor, hint)
+                assert (eps >= answer) if kind == "upper" else (eps <= answer)
+                assert row.position(entry - 1) <= eps <= row.position(entry) + 1e-12
+        for eps in (0.0, 0.5 * answer, answer):
+            assert row.delta(kind, eps) == pytest.approx(whole.delta(eps), rel=2e-4, abs=1e-15)
+
+
+def _gaussian_epsilon(mu: float, delta: float) -> float:
+    """eps(delta) of the Gaussian mechanism of sensitivity / sigma = mu, in mpmath
+    (Balle and Wang 2018, Theorem 8)."""
+    mpmath.mp.dps = 40
+    mu = mpmath.mpf(mu)
+
+    def profile(eps):
+        return mpmath.ncdf(mu / 2 - eps / mu) - mpmath.exp(eps) * mpmath.ncdf(-mu / 2 - eps / mu) - delta
+
+    low, high = mpmath.mpf(0), 40 * mu + 40  # profile decreasing: bisection to 2^-80 of the bracket
+    for _ in range(80):
+        middle = (low + high) / 2
+        low, high = (middle, high) if profile(middle) > 0 else (low, middle)
+    return float(high)
+
+
+@pytest.mark.parametrize("delta", [1e-6, 1e-10])
+def test_rows_read_off_their_band_bracket_the_closed_form(delta):
+    """Unsampled Gaussians compose to a Gaussian of mu = sqrt(sum 1/sigma_i^2): every
+    prefix row, read off its band (as verify reads them), brackets that closed form."""
+    from dpforge.accounting.prv.components import discretise_all
+    from dpforge.mechanisms import Gaussian
+    from dpforge.mechanisms.combinators import flatten
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    sigmas = [3.0 + 4.0 * i / 39 for i in range(40)]
+    groups = [flatten(Gaussian(sigma)) for sigma in sigmas]
+    for kind in ("upper", "lower"):
+        parts = [discretise_all(group, "remove", 1e-3, 1e-14, (kind,))[kind] for group in groups]
+        rows = list(prefixes.compose_prefixes(parts, 1e-14))
+        read = [row for row in rows if isinstance(row, spectral_rows.SpectralRow)]
+        assert len(read) >= 30
+        hint = None
+        for count, row in enumerate(rows, start=1):
+            exact = _gaussian_epsilon(math.sqrt(sum(1 / s**2 for s in sigmas[:count])), delta)
+            eps, hint = prefixes._row_epsilon(row, kind, delta, 0.0, hint)
+            if kind == "upper":
+                assert exact <= eps <= exact * (1 + 2e-3) + 1e-9, (count, eps, exact)
+            else:
+                assert exact * (1 - 2e-3) - 1e-9 <= eps <= exact, (count, eps, exact)
