@@ -26,17 +26,36 @@ L <= n (checked against long double direct sums in
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 from scipy import fft as sp_fft
 
 
+@functools.lru_cache(maxsize=4)
 def _chirp(count: int, size: int) -> np.ndarray:
-    """c_m = e^{-i pi m^2 / n} for m = 0 .. count - 1, the angle reduced exactly (m^2 mod 2n)."""
+    """c_m = e^{-i pi m^2 / n} for m = 0 .. count - 1, the angle reduced exactly (m^2 mod 2n).
+    Cached (read only): the prefix products ask for the same one thousands of times."""
     index = np.arange(count, dtype=np.int64)
     angles = ((index * index) % (2 * size)).astype(float) * (math.pi / size)
-    return np.cos(angles) - 1j * np.sin(angles)
+    chirp = np.cos(angles) - 1j * np.sin(angles)
+    chirp.flags.writeable = False
+    return chirp
+
+
+@functools.lru_cache(maxsize=4)
+def _kernel_spectrum(span: int, band: int, length: int, size: int) -> np.ndarray:
+    """The transform of conj(c_m) for m = -(span - 1) .. band - 1 placed cyclically on
+    ``length`` points: the convolution kernel of :func:`band_transforms` (cached, read only)."""
+    chirp = _chirp(max(span, band), size)
+    kernel = np.zeros(length, dtype=complex)
+    kernel[:band] = np.conj(chirp[:band])
+    if span > 1:
+        kernel[length - span + 1 :] = np.conj(chirp[1:span][::-1])
+    spectrum = sp_fft.fft(kernel)
+    spectrum.flags.writeable = False
+    return spectrum
 
 
 def band_transforms(rows: list[np.ndarray], offsets: np.ndarray, frequencies: int, size: int) -> np.ndarray:
@@ -48,15 +67,13 @@ def band_transforms(rows: list[np.ndarray], offsets: np.ndarray, frequencies: in
     angle reduced exactly) gives A_k = (Z_k + conj(Z_{-k})) / 2 and
     B_k = (Z_k - conj(Z_{-k})) / 2i, each within the error of Z, which is relative to
     the pair's mass, at most three times either's."""
-    span = max(row.size for row in rows)
     band = 2 * frequencies - 1  # k = -(K - 1) .. K - 1
-    length = sp_fft.next_fast_len(span + band - 1)
+    length = sp_fft.next_fast_len(max(row.size for row in rows) + band - 1)
+    # the longest row this length convolves without wrapping (the kernel and chirp then
+    # depend on the length only, so batches of similar rows share the cached ones)
+    span = min(length - band + 1, size)
     chirp = _chirp(max(span, band), size)
-    kernel = np.zeros(length, dtype=complex)
-    kernel[:band] = np.conj(chirp[:band])
-    if span > 1:
-        kernel[length - span + 1 :] = np.conj(chirp[1:span][::-1])
-    kernel_spectrum = sp_fft.fft(kernel)
+    kernel_spectrum = _kernel_spectrum(span, band, length, size)
     # the band starts at k0 = -(K - 1): x_t e^{-2 pi i t k0 / n} = x_t e^{2 pi i t (K - 1) / n}
     t = np.arange(span, dtype=np.int64)
     turns = ((t * (frequencies - 1)) % size).astype(float) * (2.0 * math.pi / size)

@@ -45,10 +45,9 @@ from dpforge.mechanisms.combinators import Component, Composed, Description, Poi
 from dpforge.validation import require_probability_open
 
 
-#: the prefix products transform every this-many-th measure on the whole window, to bound
-#: the composed spectrum, and the others at the frequencies that bound keeps only
-#: (as :func:`.compose._band_limited_product`)
-_BAND_SAMPLE = 8
+#: the prefix products narrow their band of frequencies every this-many measures, which
+#: are then transformed together at that band (:func:`compose_prefixes`)
+_BAND_BLOCK = 8
 #: a row is read off its band of frequencies (:class:`.spectral_rows.SpectralRow`) when
 #: the band holds at most 1 / this of the window's frequencies, else by an inverse
 #: transform of the window (:class:`.compose.ComposedMeasure`)
@@ -74,20 +73,21 @@ def compose_prefixes(
     every earlier part again).
 
     Only a band of low frequencies is kept once the rest is negligible for every row to
-    come: every ``_BAND_SAMPLE``-th measure is transformed on the whole window, and
-    M_f = prod_i (|z_if| + e_i)^{c_i} over the measures so far, with the others'
-    |z_if| bounded by their mass (:func:`.compose._band_limited_product`'s bound; the
-    weights are non-negative), bounds the prefix's spectrum.  At each whole transform the
-    band is cut to the fewest frequencies whose dropped bounds sum to at most
-    ``_PRUNE_SHARE`` of the round-off model times M_0 (a later row's bound is this one's
-    times factors of at most its mass, its model larger: the band only narrows); each
-    row adds (2/n) sum_{f >= G} M_f, which dropping moved each of its entries at most, to
-    its allowance.  The other measures are transformed at the band only
-    (:func:`.band.band_transforms`), and a row whose band is at most 1 / ``_SPECTRAL_SHARE``
-    of the window is yielded as its band (:class:`.spectral_rows.SpectralRow`), its
-    allowance the model at the peak that its spectrum bounds, (|S_0| + 2 sum |S_f|) / n,
-    or the latest witness if larger.  10,000 phases of 10 steps on 194,400 points keep
-    a few hundred frequencies after the first phases and 60-odd at the end."""
+    come.  M_f = prod_i (|z_if| + e_i)^{c_i} over the measures so far bounds the prefix's
+    spectrum (e_i the transform's error, as :func:`.compose._kept_frequencies`); every
+    ``_BAND_BLOCK`` measures the band is cut to the fewest frequencies whose dropped
+    bounds, with those dropped before, sum to at most ``_PRUNE_SHARE`` of the round-off
+    model times M_0, and the next block is transformed at that band only (chirp
+    z-transforms, :func:`.band.band_transforms`, where cheaper than the whole window).
+    A dropped frequency's bound then grows by at most a factor (mass_i + e_i)^{c_i} a
+    measure (|z_if| <= z_i0, the weights being non-negative), so the dropped bounds are
+    carried as one sum, and each row adds (2/n) times it, which dropping moved each of
+    its entries at most, to its allowance.  A row whose band holds at most
+    1 / ``_SPECTRAL_SHARE`` of the window's frequencies is yielded as its band
+    (:class:`.spectral_rows.SpectralRow`), its allowance the model at the peak that its
+    spectrum bounds, (|S_0| + 2 sum |S_f|) / n, or the latest witness if larger.  10,000
+    phases of 10 steps on 194,400 points keep a few hundred frequencies after the first
+    phases and 60-odd at the end."""
     everything = [item for part in parts for item in part]
     step = everything[0][0].step
     lam = _chernoff_lambdas(everything, tail)
@@ -115,10 +115,9 @@ def compose_prefixes(
         logs = np.log(masses + errors)
     band = frequencies
     spectrum = np.ones(frequencies, dtype=complex)
-    bound = np.zeros(frequencies)  # sum over the whole-transformed measures of c log(|z| + e)
-    log_rest = 0.0  # sum over the others of c log(mass + e)
-    log_mass = 0.0  # sum over all of c log(mass + e): log M_0
-    dropped = 0.0  # sum_{f >= band} e^{bound_f}
+    bound = np.zeros(frequencies)  # log M_f: sum over the measures so far of c log(|z_f| + e), f < band
+    log_mass = 0.0  # log M_0 = sum of c log(mass + e)
+    dropped = 0.0  # sum over the dropped frequencies of their bound on |S_f|
     banded: dict[int, np.ndarray] = {}
     weights = [measure.masses for measure, _ in everything]
     witness = 0.0
@@ -126,19 +125,16 @@ def compose_prefixes(
     base, count_so_far, log_survival, index = 0.0, 0, 0.0, 0
     for part_index, (part, part_cumulant) in enumerate(zip(parts, cumulants)):
         for measure, count in part:
-            if index % _BAND_SAMPLE == 0:
-                whole = _placed_spectra(np.array([index]), weights, offsets, size)[0]
-                with np.errstate(divide="ignore"):
-                    bound += count * np.log(np.abs(whole) + errors[index])
-                spectrum *= _power(whole[:band], count)
-                log_mass += count * float(logs[index])
-                band, dropped = _narrowed_band(bound, log_rest, log_mass, count_so_far + count, size, band)
+            if index % _BAND_BLOCK == 0:
+                band, dropped = _narrowed_band(bound, dropped, log_mass, count_so_far, size, band)
                 spectrum = spectrum[:band]
-                banded = _band_spectra(everything, offsets, index + 1, band, size)
-            else:
-                spectrum *= _power(banded.pop(index), count)
-                log_rest += count * float(logs[index])
-                log_mass += count * float(logs[index])
+                banded = _band_spectra(weights, offsets, index, band, size)
+            transform = banded.pop(index)
+            with np.errstate(divide="ignore"):
+                bound[:band] += count * np.log(np.abs(transform) + errors[index])
+            spectrum *= _power(transform, count)
+            log_mass += count * float(logs[index])
+            dropped *= math.exp(count * float(logs[index]))
             base += count * (centres[index] * step - measure.shift)
             count_so_far += count
             log_survival += count * math.log1p(-measure.infinity_mass)
@@ -148,7 +144,7 @@ def compose_prefixes(
         above = float(np.exp(np.min(part_cumulant[positive] - lam[positive] * (last_position + 0.5 * step))))
         below = float(np.exp(np.min(part_cumulant[~positive] - lam[~positive] * (base + (first - 0.5) * step))))
         infinity = -math.expm1(log_survival)
-        pruned = 2.0 * dropped * math.exp(log_rest) / size if band < frequencies else 0.0
+        pruned = 2.0 * dropped / size
         spectral = band * _SPECTRAL_SHARE <= frequencies
         if not spectral or part_index % _WITNESS_EVERY == 0 or part_index == len(parts) - 1:
             composed = sp_fft.irfft(np.concatenate([spectrum, np.zeros(frequencies - band)]), size)
@@ -163,45 +159,33 @@ def compose_prefixes(
         peak = (abs(spectrum[0].real) + 2.0 * float(np.sum(np.abs(spectrum[1:])))) / size
         roundoff = max(roundoff_model(count_so_far, size) * peak, witness) + pruned
         roots = unit_roots(size) if roots is None else roots
-        yield SpectralRow(spectrum.copy(), size, base, first, step, above, below, infinity, roundoff, roots)
+        yield SpectralRow(spectrum.copy(), size, base, first, step, above, below, infinity, roundoff, roots, lam, part_cumulant)
 
 
 def _narrowed_band(
-    bound: np.ndarray, log_rest: float, log_mass: float, count: int, size: int, band: int
+    bound: np.ndarray, dropped: float, log_mass: float, count: int, size: int, band: int
 ) -> tuple[int, float]:
-    """(the fewest low frequencies, at most ``band``, whose dropped bounds
-    e^{bound_f + log_rest} sum to at most ``_PRUNE_SHARE`` times the round-off model of
-    ``count`` steps times M_0 = e^{log_mass}; sum_{f >= that} e^{bound_f})
-    (:func:`compose_prefixes`)."""
-    log_target = math.log(_PRUNE_SHARE * roundoff_model(count, size)) + log_mass - log_rest
-    if not math.isfinite(log_target):
-        return band, float(np.sum(np.exp(bound[band:])))
-    terms = np.exp(bound[:band])
-    suffix = np.cumsum(terms[::-1])[::-1]  # suffix[g] = sum_{g <= f < band} e^{bound_f}
-    already = float(np.sum(np.exp(bound[band:])))
-    fits = np.flatnonzero(suffix + already <= math.exp(log_target))
-    narrowed = int(fits[0]) if fits.size else band
-    narrowed = max(narrowed, 1)
-    return narrowed, already + (float(suffix[narrowed]) if narrowed < band else 0.0)
+    """(the fewest low frequencies, at most ``band``, whose dropped bounds e^{bound_f}, with
+    the ``dropped`` sum so far, total at most ``_PRUNE_SHARE`` times the round-off model
+    of ``count`` steps times M_0 = e^{log_mass}; that total) (:func:`compose_prefixes`)."""
+    target = _PRUNE_SHARE * roundoff_model(max(count, 1), size) * math.exp(log_mass)
+    suffix = np.cumsum(np.exp(bound[:band])[::-1])[::-1]  # suffix[g] = sum_{g <= f < band} e^{bound_f}
+    fits = np.flatnonzero(suffix + dropped <= target)
+    narrowed = max(int(fits[0]) if fits.size else band, 1)
+    return narrowed, dropped + (float(suffix[narrowed]) if narrowed < band else 0.0)
 
 
-def _band_spectra(
-    everything: Sequence[tuple[GridMeasure, int]], offsets: np.ndarray, start: int, band: int, size: int
-) -> dict[int, np.ndarray]:
-    """The transforms at frequencies below ``band`` of the measures from ``start`` up to
-    the next whole-transformed one (:func:`compose_prefixes`): by chirp z-transforms
-    where a transform of the band costs less than one of the window
+def _band_spectra(weights: Sequence[np.ndarray], offsets: np.ndarray, start: int, band: int, size: int) -> dict[int, np.ndarray]:
+    """The transforms at frequencies below ``band`` of the block of measures (``weights``,
+    placed at ``offsets``) from ``start`` (:func:`compose_prefixes`): by chirp
+    z-transforms where a transform of the band costs less than one of the window
     (``_BAND_COST``, as :func:`.compose._band_limited_product`), else whole."""
-    indices = np.arange(start, min(len(everything), start - start % _BAND_SAMPLE + _BAND_SAMPLE))
-    indices = indices[indices % _BAND_SAMPLE != 0]
-    if indices.size == 0:
-        return {}
-    values = [everything[i][0].masses for i in indices]
-    longest = max(v.size for v in values)
-    if longest <= size and 4.0 * sp_fft.next_fast_len(longest + band - 1) <= _BAND_COST * size:
-        spectra = band_transforms(values, offsets[indices], band, size)
+    indices = np.arange(start, min(len(weights), start + _BAND_BLOCK))
+    longest = max(weights[i].size for i in indices)
+    if longest <= size and 4.0 * sp_fft.next_fast_len(longest + 2 * band - 2) <= _BAND_COST * size:
+        spectra = band_transforms([weights[i] for i in indices], offsets[indices], band, size)
     else:
-        spectra = _placed_spectra(indices, [m.masses for m, _ in everything], offsets, size)[:, :band]
+        spectra = _placed_spectra(indices, weights, offsets, size)[:, :band]
     return {int(i): spectra[row] for row, i in enumerate(indices)}
 
 
@@ -337,10 +321,10 @@ def epsilon_prefixes(
 
 
 def _row_epsilon(
-    row: ComposedMeasure | SpectralRow, kind: str, delta: float, floor: float, hint: int | None
-) -> tuple[float, int | None]:
+    row: ComposedMeasure | SpectralRow, kind: str, delta: float, floor: float, hint: tuple[float, float] | None
+) -> tuple[float, tuple[float, float] | None]:
     """(a prefix row's certified ``kind`` bound on eps(delta), read from ``floor`` up; the
-    window entry to start the next row's search from)."""
+    positions to start the next row's searches from)."""
     if isinstance(row, SpectralRow):
         return row.epsilon(kind, delta, floor, hint)
     profile = row.upper_profile(floor) if kind == "upper" else row.lower_profile(floor)

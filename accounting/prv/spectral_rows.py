@@ -43,7 +43,7 @@ inverse transform in ``tests/accounting/prv/test_spectral_rows.py``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -162,6 +162,30 @@ class SpectralRow:
     roundoff: float
     #: :func:`unit_roots` of ``size`` (shared by the rows of one window)
     roots: np.ndarray
+    #: the Chernoff exponents lam and the row's composed cumulant log E[e^{lam L}] there
+    #: (for the mass below the window that can alias into the lower profile's entries)
+    exponents: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
+    cumulants: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
+
+    def mass_below(self, position: float) -> float:
+        """A Chernoff bound on the composed mass at or below ``position`` (``below``
+        where no exponents are known): min over lam < 0 of e^{K(lam) - lam position}."""
+        negative = self.exponents < 0
+        if not negative.any():
+            return self.below
+        return min(self.below, float(np.exp(np.min(self.cumulants[negative] - self.exponents[negative] * position))))
+
+    def mass_above(self, position: float) -> float:
+        """A Chernoff bound on the composed mass at or above ``position`` (``above``
+        where no exponents are known): min over lam > 0 of e^{K(lam) - lam position}."""
+        positive = self.exponents > 0
+        if not positive.any():
+            return self.above
+        return min(self.above, float(np.exp(np.min(self.cumulants[positive] - self.exponents[positive] * position))))
+
+    def first_positive(self) -> int:
+        """The first window entry whose position is above 0 (the profiles read from it)."""
+        return max(0, int(math.floor(-self.base / self.step)) - self.first + 1)
 
     @property
     def grid_size(self) -> int:
@@ -194,19 +218,24 @@ class SpectralRow:
         value = profile.constant + float(plain[0]) - math.exp(epsilon - self.position(entry)) * float(discounted[0])
         return max(value, 0.0)
 
-    def epsilon(self, kind: str, delta: float, floor: float = 0.0, hint: int | None = None) -> tuple[float, int]:
+    def epsilon(
+        self, kind: str, delta: float, floor: float = 0.0, hint: tuple[float, float] | None = None
+    ) -> tuple[float, tuple[float, float]]:
         """(the smallest eps >= 0 where the ``kind`` ('upper' or 'lower') profile is at
-        most ``delta``, the window entry where it was solved): as
-        :meth:`.compose.ComposedMeasure.upper_profile` and ``lower_profile`` read from
+        most ``delta``; the positions where it was solved and where the profile stopped):
+        as :meth:`.compose.ComposedMeasure.upper_profile` and ``lower_profile`` read from
         ``floor`` (the previous row's certified lower bound: eps only grows with the
-        prefix), by a search started at ``hint`` (the previous row's entry)."""
+        prefix), by searches started at the entries nearest the positions ``hint`` (the
+        previous row's; each row's window starts elsewhere)."""
         upper = kind == "upper"
-        profile = _Profile(self, kind)
+        solved_near, stop_near = (None, None) if hint is None else (self._entry_near(hint[0]), self._entry_near(hint[1]))
+        profile = _Profile(self, kind, stop_near)
         constant, stop = profile.constant, profile.stop
+        where = (self.position(stop - 1), self.position(stop))
         if upper and constant >= delta:
-            return math.inf, self.size
+            return math.inf, where
         # the entries the profile reads: positions above 0 and at or above the floor
-        zero = max(0, int(math.floor(-self.base / self.step)) - self.first + 1)
+        zero = self.first_positive()
         start = zero
         if floor > 0:
             start = max(start, int(math.ceil((floor - self.base) / self.step - 1e-9)) - self.first)
@@ -218,12 +247,13 @@ class SpectralRow:
                 plain, discounted = profile.parts(np.array([zero]))
                 at_zero += float(plain[0]) - math.exp(-self.position(zero)) * float(discounted[0])
             if max(at_zero, 0.0) <= delta:
-                return 0.0, zero
+                return 0.0, (self.position(zero), self.position(stop))
         # search: low is below the answer (or start - 1), high at or above it
         low, high = start - 1, stop - 1
-        if hint is not None and start <= hint < high:
+        near = solved_near
+        if near is not None and start <= near < high:
             offsets = 2 ** np.arange(_ROUND_POINTS // 2)
-            candidates = np.unique(np.clip(np.concatenate([hint - offsets[::-1] + 1, hint + offsets]), start, high - 1))
+            candidates = np.unique(np.clip(np.concatenate([near - offsets[::-1] + 1, near + offsets]), start, high - 1))
             low, high = _narrow(candidates, profile.at_points(candidates), delta, low, high)
         while high - low > 1:
             count = min(_ROUND_POINTS, high - low - 1)
@@ -241,21 +271,37 @@ class SpectralRow:
             eps = min(max(x + math.log(numerator / denominator), left), x)
         if upper and floor > 0:
             eps = max(eps, floor)
-        return float(eps), entry
+        return float(eps), (self.position(entry), self.position(stop))
 
-    def _lower_stop(self) -> int:
-        """About the first entry above the peak where p_j falls below the allowance: the
-        first of 65 evenly spaced entries past the largest of them where it is below,
-        then 16-point rounds back to the first such entry (any stop is sound for the
-        lower profile; this one drops the far tail, whose entries lie below the
-        allowance, and the mass below the window that aliased to its top)."""
-        coarse = np.unique(np.linspace(0, self.size - 1, 65).round().astype(np.int64))
-        values = self.masses(coarse)
-        peak = int(np.argmax(values))
-        under = np.flatnonzero(values[peak:] < self.roundoff)
-        if under.size == 0:
-            return self.size
-        low, high = int(coarse[peak + under[0] - 1]), int(coarse[peak + under[0]])
+    def _entry_near(self, position: float) -> int | None:
+        """The window entry nearest ``position`` (None when it is not finite)."""
+        if not math.isfinite(position):
+            return None
+        return int(round((position - self.base) / self.step)) - self.first
+
+    def _lower_stop(self, near: int | None = None) -> int:
+        """About the first entry above the peak where p_j falls below the allowance: from
+        the entries around ``near`` (where the previous row's stopped) when p_j crosses
+        the allowance among them, else the first of 65 evenly spaced entries past the
+        largest of them where it is below; then 16-point rounds back to the first such
+        entry (any stop is sound for the lower profile; this one drops the far tail,
+        whose entries lie below the allowance, and the mass below the window that
+        aliased to its top)."""
+        low = high = None
+        if near is not None and 0 < near < self.size:
+            offsets = 2 ** np.arange(_ROUND_POINTS // 2)
+            around = np.unique(np.clip(np.concatenate([near - offsets[::-1] + 1, near + offsets]), 0, self.size - 1))
+            under = np.flatnonzero(self.masses(around) < self.roundoff)
+            if under.size and under[0] > 0:
+                low, high = int(around[under[0] - 1]), int(around[under[0]])
+        if low is None:
+            coarse = np.unique(np.linspace(0, self.size - 1, 65).round().astype(np.int64))
+            values = self.masses(coarse)
+            peak = int(np.argmax(values))
+            under = np.flatnonzero(values[peak:] < self.roundoff)
+            if under.size == 0:
+                return self.size
+            low, high = int(coarse[peak + under[0] - 1]), int(coarse[peak + under[0]])
         while high - low > 1:
             candidates = np.unique(np.linspace(low + 1, high - 1, min(_ROUND_POINTS, high - low - 1)).round().astype(np.int64))
             low, high = _narrow(candidates, self.masses(candidates), self.roundoff, low, high)
@@ -266,18 +312,27 @@ class _Profile:
     """One bound's profile of a :class:`SpectralRow`: its constant, the entries it reads
     (below ``stop``), and its tail sums."""
 
-    def __init__(self, row: SpectralRow, kind: str) -> None:
+    def __init__(self, row: SpectralRow, kind: str, stop_near: int | None = None) -> None:
         upper = kind == "upper"
         self.row = row
-        self.constant = (
-            row.infinity + row.above + (row.below if row.position(0) > 0 else 0.0) if upper else -(row.above + row.below)
-        )
         self.weight = row.roundoff if upper else -row.roundoff
         self.sign = 1.0 if upper else -1.0
         # the lower profile reads the entries below the first where p_j falls under the
         # allowance only (a sub-measure: still a lower bound; each entry above it would
         # take up to r, at delta = 1e-10 about as much as the profile itself)
-        self.stop = row.size if upper else row._lower_stop()
+        self.stop = row.size if upper else row._lower_stop(stop_near)
+        if upper:
+            self.constant = row.infinity + row.above + (row.below if row.position(0) > 0 else 0.0)
+        else:
+            # what lies outside the window aliases in: mass k steps below it wraps to entry
+            # n - k and mass k steps above it to entry k - 1, so only what lies more than
+            # n - stop steps below or more than (the first entry read) steps above can
+            # reach the entries read; the rest lands where the profile does not read (the
+            # whole window's reading counts it and then takes all of it back, 1.8e-9 at
+            # delta = 1e-5 on 200 phases, 2e-5 of eps)
+            below = row.mass_below(row.position(0) - (row.size - self.stop + 0.5) * row.step)
+            above = row.mass_above(row.position(row.size - 1) + (row.first_positive() + 0.5) * row.step)
+            self.constant = -(above + below)
         end = row.first + self.stop
         self.series = (
             _series(row.spectrum, row.roots, 1.0, row.step, end),

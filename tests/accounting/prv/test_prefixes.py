@@ -167,8 +167,11 @@ def test_rows_read_off_their_band_match_rows_read_off_the_whole_window(monkeypat
     """verify's rows, composed at the band their bound keeps and read off that spectrum
     (.spectral_rows), against the same rows with every measure transformed on the whole
     window and every row inverse transformed and read entry by entry (the reading before
-    them): each pair of certified brackets overlaps and agrees to the sums' error bound
-    and the dropped frequencies' allowance, and most rows were read off their band."""
+    them): each pair of certified brackets overlaps, the upper bounds agree to the sums'
+    error bound and the dropped frequencies' allowance, the lower bounds are no looser
+    by more than that (they can be tighter: the mass outside the window that aliases
+    where the lower profile does not read is not taken off it, 1e-5 of eps at most
+    here), and most rows were read off their band."""
     import importlib
     import random
 
@@ -191,11 +194,11 @@ def test_rows_read_off_their_band_match_rows_read_off_the_whole_window(monkeypat
     banded = epsilon_prefixes(parts, delta)
     assert sum(kinds) >= 0.8 * len(kinds)
     monkeypatch.setattr(prefixes, "_SPECTRAL_SHARE", 10**18)
-    monkeypatch.setattr(prefixes, "_narrowed_band", lambda bound, log_rest, log_mass, count, size, band: (band, 0.0))
+    monkeypatch.setattr(prefixes, "_narrowed_band", lambda bound, dropped, log_mass, count, size, band: (band, dropped))
     kinds.clear()
     whole = epsilon_prefixes(parts, delta)
     assert not any(kinds)
     for row, reference in zip(banded, whole):
         assert row.lower <= reference.upper and reference.lower <= row.upper
-        assert row.lower == pytest.approx(reference.lower, rel=tolerance)
+        assert reference.lower * (1 - tolerance) <= row.lower <= reference.lower * (1 + 1e-4)
         assert row.upper == pytest.approx(reference.upper, rel=tolerance)
