@@ -2,86 +2,118 @@
 inverse transform: verify's rows (:func:`.prefixes.compose_prefixes`).
 
 A prefix of a long plan is composed on the window of the whole plan, where its spectrum
-is negligible beyond a narrow band of G frequencies (10,000 phases of 10 steps on
-194,400 points keep a few hundred to a few dozen), yet each row took an inverse
-transform of the whole window and a pass over it to read its epsilon.  The profile
-needs only tail sums of the composed masses: on the window, p_j = (1/n) Re sum_{f < G}
-c_f S_f w^{(o + j) f} (w = e^{2 pi i / n}, c_0 = 1 and c_f = 2 otherwise, o the row's
-offset), so for any start a and length N, by the geometric series,
+is negligible beyond a narrow band of G frequencies (200 phases of 10 steps on 17,280
+points keep 58 at row 50 and 28 at the last), yet each row took an inverse transform of
+the whole window and a pass over it to read its epsilon.  The profile needs only tail
+sums of the composed masses: on the window, p_j = (1/n) Re sum_{f < G} c_f S_f
+w^{(o + j) f} (w = e^{2 pi i / n}, c_0 = 1 and c_f = 2 otherwise, o the row's offset),
+so for any start a and length N, by the geometric series,
 
     T_rho(a, N) = sum_{t < N} p_{a + t} rho^t
                 = (1/n) Re [ sum_f V_f w^{a f} - rho^N sum_f V_f w^{(a + N) f} ],
     V_f = c_f S_f / (1 - rho w^f)
 
-(the f = 0 term of rho = 1 is S_0 N / n).  The end a + N is the window's end, the same
+(the f = 0 term of rho = 1 is S_0 N / n).  The end a + N is the profile's end, the same
 for every start, so its sum is formed once a row; each start then costs one pass over
 the band.  The profile at a grid point x_J is constant + T_1 - e^{-h} T_{e^{-h}} over
 the entries above it (:class:`.compose.ComposedProfile`), so epsilon(delta) is found by
-a search over J from the previous row's answer (a handful of evaluations of G terms)
-and solved in the last cell exactly as there.
+a search over J from where the previous row was solved (a handful of rounds of 16
+points) and solved in the last cell exactly as there.
 
 Weights.  The upper profile's weights are p_j + r (r the row's per-entry allowance:
 round-off model plus what the dropped frequencies can move an entry), the lower one's
 p_j - r: the composed law's true masses lie within r of the p_j, so these bound the sums
 from above and below; they are linear in p, which the spectral sums need (the whole
 window's reading takes max(p_j, 0) + r and max(p_j - r, 0), within r of these at each
-entry).  Neither bound needs the profile to be monotone in between: the upper bound is
-a point where the upper profile is at most delta (the composed law's delta is at most
-that there, and only falls beyond), the lower bound one where the lower profile equals
-delta (the law's delta is at least that there, and at least as large before).
+entry).  The lower profile reads the entries up to the first past the peak where p_j
+falls below r (a sub-measure: still a lower bound), and takes off only the mass outside
+the window that can alias into those entries (:class:`_Profile`).  Neither bound needs
+the profile to be monotone between grid points: the upper bound is a point where the
+upper profile is at most delta (the composed law's delta is at most that there, and
+only falls beyond), the lower bound one where the lower profile equals delta (the law's
+delta is at least that there, and at least as large before).
 
-Accuracy of the sums.  Every angle is reduced exactly ((a f) mod n as integers) before
-its cosine and sine, and 1 - rho w^f is formed without cancellation
-(-expm1(-h) + e^{-h} 2 sin(pi f/n) (sin(pi f/n) - i cos(pi f/n))), so each term is
-within a few u of its modulus; the sums' error is bounded by
-(32 + 2 log2 G) u (sum_f |V_f| (1 + rho^N) + |S_0| N) / n, added to the upper and
-taken from the lower profile (:func:`tail_sums`).  This is 1e-15-1e-14 of delta's
-scale, far below the allowance's r N; it is checked against long double sums over the
-inverse transform in ``tests/accounting/prv/test_spectral_rows.py``.
+Accuracy of the sums.  Every exponent is reduced exactly ((a f) mod n as integers) and
+looked up in a table of roots of unity formed in long double, 1 - rho w^f is formed
+without cancellation (-expm1(-h) + e^{-h} 2 sin(pi f/n) (sin(pi f/n) - i cos(pi f/n))),
+and the sums are taken pairwise, so each is within (16 + 1 + log2 G) u of
+sum_f |V_f| (:func:`_sum_error`); that bound, over both sums and the S_0 N term, is
+added to the upper and taken from the lower profile (:func:`tail_sums`).  It bounds the
+worst cancellation: 5e-15 on a full band of 1,441 where the actual error was 1e-17,
+which moves eps by 1e-10 at delta = 1e-5 and 1e-5 at 1e-10; the sums are checked
+against long double sums over the inverse transform in
+``tests/accounting/prv/test_spectral_rows.py``.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
 _U = np.finfo(float).eps / 2
+_U_EXTENDED = min(float(np.finfo(np.longdouble).eps) / 2, _U)
 #: points evaluated a round by :meth:`SpectralRow.epsilon`'s search
 _ROUND_POINTS = 16
-
-
-#: the error of each :func:`unit_roots` entry, in u: within half an ulp where long double
-#: carries more digits than double (each angle and its cosine and sine formed there),
-#: else the angle's own rounding, 2 pi k / n within 2 u of itself, about 4 pi u
-_ROOT_ERROR = 1.0 if np.finfo(np.longdouble).eps < np.finfo(float).eps else 14.0
+#: rows read at a delta below this sum in long double (:func:`_sum_error`: the double sums'
+#: bound, about 1e-14, would be 1e-4 of delta at 1e-10 and 1e-2 at 1e-12)
+_EXTENDED_BELOW = 1e-8
 
 
 def unit_roots(size: int) -> np.ndarray:
-    """w^k = e^{2 pi i k / n} for k < n, each within ``_ROOT_ERROR`` u."""
+    """w^k = e^{2 pi i k / n} for k < n, each formed in long double and rounded: within
+    u of the exact value where long double carries more digits than double
+    (:func:`_root_error`)."""
+    return _extended_roots(size).astype(complex)
+
+
+@functools.lru_cache(maxsize=2)
+def _extended_roots(size: int) -> np.ndarray:
+    """w^k for k < n in long double (read only), each angle 2 pi k / n and its cosine and
+    sine formed there."""
     pi = np.arccos(np.longdouble(-1.0))
     angles = np.arange(size, dtype=np.longdouble) * (2 * pi / size)
-    return np.cos(angles).astype(float) + 1j * np.sin(angles).astype(float)
+    roots = np.cos(angles) + 1j * np.sin(angles)
+    roots.flags.writeable = False
+    return roots
+
+
+def _unit(roots: np.ndarray) -> float:
+    """The unit roundoff of the arithmetic that ``roots`` carries."""
+    return _U_EXTENDED if roots.dtype == np.clongdouble else _U
+
+
+def _root_error(roots: np.ndarray) -> float:
+    """Each entry of ``roots`` within this many of its own unit roundoff: 1 where long
+    double carries more digits than its angles needed (the angle 2 pi k / n within a few
+    u_ld of itself, its cosine and sine within an ulp more, then rounded), else about
+    4 pi (the angle's own rounding, 2 u of up to 2 pi)."""
+    if roots.dtype == np.clongdouble:
+        return 4.0 if _U_EXTENDED < _U else 14.0
+    return 1.0 if _U_EXTENDED < _U else 14.0
 
 
 def _real_sums(indices: np.ndarray, values: np.ndarray, roots: np.ndarray) -> np.ndarray:
     """Re sum_f values_f w^{a f} for every a in ``indices``: the exponent reduced
     exactly, (a f) mod n, and looked up in ``roots`` (:func:`unit_roots`: a gather where
     a cosine and sine each cost five times more), the real parts of the products formed
-    and summed pairwise along each row (numpy's sum over a contiguous axis)."""
+    and summed pairwise along each row (numpy's sum over a contiguous axis), in the
+    precision of ``roots`` and ``values``."""
     size = roots.size
     turns = (np.asarray(indices, dtype=np.int64)[:, None] % size) * np.arange(values.size, dtype=np.int64)[None, :] % size
     phases = roots[turns]
     return np.sum(phases.real * values.real - phases.imag * values.imag, axis=1)
 
 
-def _sum_error(band: int) -> float:
+def _sum_error(band: int, roots: np.ndarray) -> float:
     """The relative error bound, over sum_f |V_f|, of :func:`_real_sums`: each V_f within
-    8 u (a division by 1 - rho w^f formed within 4 u), each root within ``_ROOT_ERROR``
-    u, the real part of the product within 3 u more, and pairwise summation within
-    (log2 G + 1) u of the sum of the moduli; with margin, (16 + _ROOT_ERROR + log2 G) u."""
-    return (16.0 + _ROOT_ERROR + math.log2(band + 1)) * _U
+    8 units (a division by 1 - rho w^f formed within 4), each root within
+    :func:`_root_error` units, the real part of the product within 3 more, and pairwise
+    summation within log2 G + 1 of the sum of the moduli; with margin,
+    (16 + root error + log2 G) units of the arithmetic's roundoff."""
+    return (16.0 + _root_error(roots) + math.log2(band + 1)) * _unit(roots)
 
 
 @dataclass(frozen=True)
@@ -95,51 +127,56 @@ class _Series:
     magnitude: float
 
 
-def _series(spectrum: np.ndarray, roots: np.ndarray, decay: float, step: float, end: int) -> _Series:
-    """:class:`_Series` for rho = ``decay`` (1 or e^{-step}); the f = 0 term of rho = 1
-    is left out (:func:`tail_sums` adds S_0 N / n)."""
+def _series(spectrum: np.ndarray, roots: np.ndarray, decay: bool, step: float, end: int) -> _Series:
+    """:class:`_Series` for rho = e^{-step} (``decay``) or 1, in the precision of
+    ``roots``; the f = 0 term of rho = 1 is left out (:func:`tail_sums` adds S_0 N / n)."""
     band, size = spectrum.size, roots.size
-    f = np.arange(band, dtype=float)
-    half = np.sin(math.pi * f / size)
-    one_minus = 2.0 * half * (half - 1j * np.cos(math.pi * f / size))  # 1 - w^f
-    if decay != 1.0:
-        one_minus = -math.expm1(-step) + decay * one_minus
-    weights = np.full(band, 2.0)
+    real = np.longdouble if roots.dtype == np.clongdouble else np.float64
+    pi = np.arccos(real(-1.0))
+    f = np.arange(band, dtype=real)
+    half = np.sin(pi * f / size)
+    one_minus = 2 * half * (half - 1j * np.cos(pi * f / size))  # 1 - w^f
+    if decay:
+        one_minus = -np.expm1(real(-step)) + np.exp(real(-step)) * one_minus
+    weights = np.full(band, 2.0, dtype=real)
     weights[0] = 1.0
     if 2 * (band - 1) == size:  # the Nyquist frequency appears once
         weights[-1] = 1.0
-    values = np.zeros(band, dtype=complex)
-    start = 1 if decay == 1.0 else 0
-    values[start:] = weights[start:] * spectrum[start:] / one_minus[start:]
-    at_end = float(_real_sums(np.array([end]), values, roots)[0])
+    values = np.zeros(band, dtype=one_minus.dtype)
+    start = 0 if decay else 1
+    values[start:] = weights[start:] * spectrum[start:].astype(one_minus.dtype) / one_minus[start:]
+    at_end = _real_sums(np.array([end]), values, roots)[0]
     return _Series(values, at_end, float(np.sum(np.abs(values))))
 
 
 def tail_sums(
-    spectrum: np.ndarray, size: int, step: float, starts: np.ndarray, end: int
+    spectrum: np.ndarray, size: int, step: float, starts: np.ndarray, end: int, extended: bool = False
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """(sum_{c = a}^{end - 1} p_c, sum_{c = a}^{end - 1} p_c e^{-(c - a) h}, and a bound on
     each one's floating-point error) for every a in ``starts``, p_c = (1/n) Re sum_{f < G}
-    c_f S_f w^{c f} the inverse transform of the band ``spectrum`` (module docstring)."""
-    roots = unit_roots(size)
-    first, second = _series(spectrum, roots, 1.0, step, end), _series(spectrum, roots, math.exp(-step), step, end)
+    c_f S_f w^{c f} the inverse transform of the band ``spectrum`` (module docstring); in
+    long double with ``extended``."""
+    roots = _extended_roots(size) if extended else unit_roots(size)
+    first, second = _series(spectrum, roots, False, step, end), _series(spectrum, roots, True, step, end)
     return _sums(spectrum, roots, step, np.asarray(starts, dtype=np.int64), end, first, second)
 
 
 def _sums(
     spectrum: np.ndarray, roots: np.ndarray, step: float, starts: np.ndarray, end: int, first: _Series, second: _Series
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`tail_sums` with the row's two series formed."""
+    """:func:`tail_sums` with the row's two series formed (in their precision; the sums
+    rounded to double at the end, half an ulp more of each in the bound)."""
     size = roots.size
-    counts = (end - starts).astype(float)
+    real = np.longdouble if roots.dtype == np.clongdouble else np.float64
+    counts = (end - starts).astype(real)
     # each sum within _sum_error of sum |V|, the differences and the division by n
-    # within 3 u of their terms' moduli
-    scale = (_sum_error(spectrum.size) + 4.0 * _U) / size
-    plain = (_real_sums(starts, first.values, roots) - first.at_end + spectrum[0].real * counts) / size
-    plain_error = scale * (2.0 * first.magnitude + abs(spectrum[0].real) * counts)
+    # within 3 units of their terms' moduli
+    scale = (_sum_error(spectrum.size, roots) + 4.0 * _unit(roots)) / size
+    plain = ((_real_sums(starts, first.values, roots) - first.at_end + real(spectrum[0].real) * counts) / size).astype(float)
+    plain_error = scale * (2.0 * first.magnitude + abs(spectrum[0].real) * counts.astype(float)) + _U * np.abs(plain)
     ratio = np.exp(-step * counts)
-    discounted = (_real_sums(starts, second.values, roots) - ratio * second.at_end) / size
-    discounted_error = scale * second.magnitude * (1.0 + ratio)
+    discounted = ((_real_sums(starts, second.values, roots) - ratio * second.at_end) / size).astype(float)
+    discounted_error = scale * second.magnitude * (1.0 + ratio.astype(float)) + _U * np.abs(discounted)
     return plain, discounted, plain_error, discounted_error
 
 
@@ -229,7 +266,7 @@ class SpectralRow:
         previous row's; each row's window starts elsewhere)."""
         upper = kind == "upper"
         solved_near, stop_near = (None, None) if hint is None else (self._entry_near(hint[0]), self._entry_near(hint[1]))
-        profile = _Profile(self, kind, stop_near)
+        profile = _Profile(self, kind, stop_near, extended=delta < _EXTENDED_BELOW)
         constant, stop = profile.constant, profile.stop
         where = (self.position(stop - 1), self.position(stop))
         if upper and constant >= delta:
@@ -312,7 +349,7 @@ class _Profile:
     """One bound's profile of a :class:`SpectralRow`: its constant, the entries it reads
     (below ``stop``), and its tail sums."""
 
-    def __init__(self, row: SpectralRow, kind: str, stop_near: int | None = None) -> None:
+    def __init__(self, row: SpectralRow, kind: str, stop_near: int | None = None, extended: bool = False) -> None:
         upper = kind == "upper"
         self.row = row
         self.weight = row.roundoff if upper else -row.roundoff
@@ -334,9 +371,10 @@ class _Profile:
             above = row.mass_above(row.position(row.size - 1) + (row.first_positive() + 0.5) * row.step)
             self.constant = -(above + below)
         end = row.first + self.stop
+        self.roots = _extended_roots(row.size) if extended else row.roots
         self.series = (
-            _series(row.spectrum, row.roots, 1.0, row.step, end),
-            _series(row.spectrum, row.roots, math.exp(-row.step), row.step, end),
+            _series(row.spectrum, self.roots, False, row.step, end),
+            _series(row.spectrum, self.roots, True, row.step, end),
         )
 
     def parts(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -344,7 +382,7 @@ class _Profile:
         in ``entries``, with their error bounds added (upper) or taken (lower)."""
         row = self.row
         plain, discounted, plain_error, discounted_error = _sums(
-            row.spectrum, row.roots, row.step, row.first + entries, row.first + self.stop, *self.series
+            row.spectrum, self.roots, row.step, row.first + entries, row.first + self.stop, *self.series
         )
         counts = np.maximum(self.stop - entries, 0).astype(float)
         plain = plain + self.weight * counts + self.sign * plain_error
