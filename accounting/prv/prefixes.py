@@ -86,8 +86,8 @@ def compose_prefixes(
     1 / ``_SPECTRAL_SHARE`` of the window's frequencies is yielded as its band
     (:class:`.spectral_rows.SpectralRow`), its allowance the model at the peak that its
     spectrum bounds, (|S_0| + 2 sum |S_f|) / n, or the latest witness if larger.  10,000
-    phases of 10 steps on 194,400 points keep a few hundred frequencies after the first
-    phases and 60-odd at the end."""
+    phases of 10 steps on 194,400 points keep 1,656 of 97,201 frequencies at row 10, 180
+    at row 100, 44 at row 1,000 and 17 at the last (the first 8 rows whole)."""
     everything = [item for part in parts for item in part]
     step = everything[0][0].step
     lam = _chernoff_lambdas(everything, tail)
