@@ -45,3 +45,17 @@ def exact_cyclic_power() -> Callable:
             )
 
     return power
+
+
+@pytest.fixture(scope="module")
+def mixed_windows() -> dict:
+    """The composed windows ('upper' and 'lower') of 300 subsampled Gaussian and 200
+    subsampled Laplace steps on a grid of 2e-3 (remove direction, tail 1e-12): the
+    profiles that verify's row readings are checked against."""
+    from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled, flatten
+
+    components = importlib.import_module("dpforge.accounting.prv.components")
+    compose = importlib.import_module("dpforge.accounting.prv.compose")
+    parts = flatten(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 300), (PoissonSampled(Laplace(2.0), 0.02), 200)]))
+    measures = components.discretise_all(parts, "remove", 2e-3, 1e-12, ("upper", "lower"))
+    return {kind: compose.compose(measures[kind], 1e-12) for kind in ("upper", "lower")}

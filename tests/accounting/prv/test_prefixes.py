@@ -128,24 +128,15 @@ def test_rows_say_whether_they_reached_the_accuracy_asked(monkeypatch):
 
 
 @pytest.mark.parametrize("delta", [1e-5, 1e-10])
-def test_a_profile_read_from_a_floor_gives_the_same_eps_above_it(delta):
+def test_a_profile_read_from_a_floor_gives_the_same_eps_above_it(delta, mixed_windows):
     """verify reads each row's profiles from the previous row's certified lower bound up
     (eps only grows with the prefix): from any floor at or below the answer, the upper
     and lower eps are the whole window's; from a floor above it the upper one is the
     floor (the profile is 1 below it) and the lower one is never above the whole
     window's (to rounding)."""
-    import importlib
-
     import numpy as np
 
-    from dpforge.mechanisms import flatten
-
-    components = importlib.import_module("dpforge.accounting.prv.components")
-    compose = importlib.import_module("dpforge.accounting.prv.compose")
-    parts = flatten(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 300), (PoissonSampled(Laplace(2.0), 0.02), 200)]))
-    measures = components.discretise_all(parts, "remove", 2e-3, 1e-12, ("upper", "lower"))
-    for kind in ("upper", "lower"):
-        composed = compose.compose(measures[kind], 1e-12)
+    for kind, composed in mixed_windows.items():
         whole = composed.upper_profile() if kind == "upper" else composed.lower_profile()
         answer = whole.epsilon(delta)
         assert 0.0 < answer < composed.positions[-1]

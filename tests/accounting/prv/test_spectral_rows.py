@@ -82,7 +82,7 @@ def _row_from(composed, step: float):
 
 
 @pytest.mark.parametrize("delta, tolerance", [(1e-5, 1e-8), (1e-10, 6e-6)])
-def test_a_row_read_off_its_spectrum_has_the_whole_windows_eps(delta, tolerance):
+def test_a_row_read_off_its_spectrum_has_the_whole_windows_eps(delta, tolerance, mixed_windows):
     """The same composed window read through its spectrum and through its entries: the
     same upper and lower eps, from any floor below the answer and from any hint, and the
     profile itself alike at a few eps.  They differ by the sums' error bound (5e-15 in
@@ -91,14 +91,7 @@ def test_a_row_read_off_its_spectrum_has_the_whole_windows_eps(delta, tolerance)
     weights (p + r against max(p, 0) + r) and what the lower profile leaves out above
     its stop (9e-15 of mass aliased from below the window): 1e-10 and 4e-6 of eps at
     delta = 1e-5 and 1e-10."""
-    components = importlib.import_module("dpforge.accounting.prv.components")
-    compose = importlib.import_module("dpforge.accounting.prv.compose")
-    from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled, flatten
-
-    parts = flatten(Composed([(PoissonSampled(Gaussian(1.0), 0.01), 300), (PoissonSampled(Laplace(2.0), 0.02), 200)]))
-    measures = components.discretise_all(parts, "remove", 2e-3, 1e-12, ("upper", "lower"))
-    for kind in ("upper", "lower"):
-        composed = compose.compose(measures[kind], 1e-12)
+    for kind, composed in mixed_windows.items():
         whole = composed.upper_profile() if kind == "upper" else composed.lower_profile()
         row = _row_from(composed, 2e-3)
         answer = whole.epsilon(delta)
