@@ -193,3 +193,21 @@ def test_rows_read_off_their_band_match_rows_read_off_the_whole_window(monkeypat
         assert row.lower <= reference.upper and reference.lower <= row.upper
         assert reference.lower * (1 - tolerance) <= row.lower <= reference.lower * (1 + 1e-4)
         assert row.upper == pytest.approx(reference.upper, rel=tolerance)
+
+
+def test_rows_are_bounded_by_later_rows_and_still_overlap_fresh_brackets():
+    """eps only grows with the prefix, so a later row's certified upper bound (the whole
+    plan's, tilted, last of all) bounds every earlier row: at delta = 1e-12 the untilted
+    rows' own upper bounds sat far above it (40 phases: row 20 read 6.09 against the
+    whole plan's [4.6878, 4.6911], and one row 1.68 times that).  Every row's upper bound is now at most every later one's and its lower
+    bound at least every earlier one's, and each still overlaps a fresh certified
+    bracket of its prefix."""
+    phases = 40
+    parts = [Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / (phases - 1)), 0.01), 10)]) for i in range(phases)]
+    rows = epsilon_prefixes(parts, 1e-12)
+    assert all(a.upper <= b.upper for a, b in zip(rows, rows[1:]))
+    assert all(a.lower <= b.lower for a, b in zip(rows, rows[1:-1]))
+    assert all(row.lower <= row.upper for row in rows)
+    for index in (0, 5, 20, 38):
+        fresh = epsilon(Composed([part for description in parts[: index + 1] for part in description.parts]), 1e-12)
+        assert rows[index].lower <= fresh.upper and fresh.lower <= rows[index].upper, (index, rows[index], fresh)
