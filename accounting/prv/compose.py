@@ -529,6 +529,20 @@ class ComposedMeasure:
         return masses
 
 
+def chernoff_above(lam: np.ndarray, cumulant: np.ndarray, position: float) -> float:
+    """A Chernoff bound on the composed mass at or above ``position``: the smallest
+    e^{K(lam) - lam position} over the exponents lam > 0 (K the composed cumulant at them)."""
+    positive = lam > 0
+    return float(np.exp(np.min(cumulant[positive] - lam[positive] * position)))
+
+
+def chernoff_below(lam: np.ndarray, cumulant: np.ndarray, position: float) -> float:
+    """A Chernoff bound on the composed mass at or below ``position``: the smallest
+    e^{K(lam) - lam position} over the exponents lam < 0."""
+    negative = ~(lam > 0)
+    return float(np.exp(np.min(cumulant[negative] - lam[negative] * position)))
+
+
 def composed_infinity(measures: Sequence[tuple[GridMeasure, int]]) -> float:
     """Mass at +inf after composition: 1 - prod_i (1 - a_i)^count_i, computed as
     -expm1(sum_i count_i log1p(-a_i)) so that per-step masses far below 1e-16 (the
@@ -975,11 +989,10 @@ def compose(measures: Sequence[tuple[GridMeasure, int]], tail: float) -> Compose
 
     lam = _chernoff_lambdas(measures, tail)
     lam, cumulant = refine_lambdas(lam, cumulant_at(lam), math.log(tail), cumulant_at)
-    positive = lam > 0
     positions, masses, composed, pruned = fft_window(measures, [m.masses for m, _ in measures], lam, cumulant, math.log(tail))
     # Chernoff bounds on the composed discrete measure beyond the window
-    above = float(np.exp(np.min(cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
-    below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
+    above = chernoff_above(lam, cumulant, positions[-1] + 0.5 * step)
+    below = chernoff_below(lam, cumulant, positions[0] - 0.5 * step)
     infinity = composed_infinity(measures)
     total_count = sum(count for _, count in measures)
     roundoff = _roundoff_per_entry(composed, total_count) + pruned
@@ -1031,7 +1044,6 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
     falls as the count grows, and each result's allowance carries the same pruning term."""
     step = measure.step
     lam, unit, edges, spread = _powers_window(measure, counts, tail)
-    positive = lam > 0
     centre = int(round(measure.mean_index()))
     offset = centre * step - measure.shift
     if not math.isfinite(spread) or spread <= 0:
@@ -1063,8 +1075,8 @@ def compose_powers(measure: GridMeasure, counts: Sequence[int], tail: float) -> 
         first = int(math.floor((bottom - base) / step))
         offsets = np.arange(first, first + size)
         positions = base + offsets * step
-        above = float(np.exp(np.min(cumulant[positive] - lam[positive] * (positions[-1] + 0.5 * step))))
-        below = float(np.exp(np.min(cumulant[~positive] - lam[~positive] * (positions[0] - 0.5 * step))))
+        above = chernoff_above(lam, cumulant, positions[-1] + 0.5 * step)
+        below = chernoff_below(lam, cumulant, positions[0] - 0.5 * step)
         infinity = composed_infinity([(measure, count)])
         yield ComposedMeasure(
             positions, composed[offsets % size], above, below, infinity, _roundoff_per_entry(composed, count) + pruned, size

@@ -32,6 +32,8 @@ from dpforge.accounting.prv.compose import (
     _placed_spectra,
     _power,
     _roundoff_per_entry,
+    chernoff_above,
+    chernoff_below,
     no_finite_window,
     roundoff_model,
 )
@@ -141,8 +143,8 @@ def compose_prefixes(
             index += 1
         first = int(math.floor((bottom - base) / step))
         last_position = base + (first + size - 1) * step
-        above = float(np.exp(np.min(part_cumulant[positive] - lam[positive] * (last_position + 0.5 * step))))
-        below = float(np.exp(np.min(part_cumulant[~positive] - lam[~positive] * (base + (first - 0.5) * step))))
+        above = chernoff_above(lam, part_cumulant, last_position + 0.5 * step)
+        below = chernoff_below(lam, part_cumulant, base + (first - 0.5) * step)
         infinity = -math.expm1(log_survival)
         pruned = 2.0 * dropped / size
         spectral = band * _SPECTRAL_SHARE <= frequencies

@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-_U = np.finfo(float).eps / 2
-_U_EXTENDED = min(float(np.finfo(np.longdouble).eps) / 2, _U)
+from dpforge.accounting.prv.compose import _U, _U_EXTENDED, chernoff_above, chernoff_below
+
 #: points evaluated a round by :meth:`SpectralRow.epsilon`'s search
 _ROUND_POINTS = 16
 #: rows read at a delta below this sum in long double (:func:`_sum_error`: the double sums'
@@ -107,6 +107,16 @@ def _real_sums(indices: np.ndarray, values: np.ndarray, roots: np.ndarray) -> np
     return np.sum(phases.real * values.real - phases.imag * values.imag, axis=1)
 
 
+def _fold_weights(band: int, size: int, dtype: type = np.float64) -> np.ndarray:
+    """c_f for f < ``band``: 1 at f = 0 and at the Nyquist frequency n/2 (each appears once
+    in the full spectrum), 2 elsewhere (f and n - f folded into one)."""
+    weights = np.full(band, 2.0, dtype=dtype)
+    weights[0] = 1.0
+    if 2 * (band - 1) == size:
+        weights[-1] = 1.0
+    return weights
+
+
 def _sum_error(band: int, roots: np.ndarray) -> float:
     """The relative error bound, over sum_f |V_f|, of :func:`_real_sums`: each V_f within
     8 units (a division by 1 - rho w^f formed within 4), each root within
@@ -138,10 +148,7 @@ def _series(spectrum: np.ndarray, roots: np.ndarray, decay: bool, step: float, e
     one_minus = 2 * half * (half - 1j * np.cos(pi * f / size))  # 1 - w^f
     if decay:
         one_minus = -np.expm1(real(-step)) + np.exp(real(-step)) * one_minus
-    weights = np.full(band, 2.0, dtype=real)
-    weights[0] = 1.0
-    if 2 * (band - 1) == size:  # the Nyquist frequency appears once
-        weights[-1] = 1.0
+    weights = _fold_weights(band, size, real)
     values = np.zeros(band, dtype=one_minus.dtype)
     start = 0 if decay else 1
     values[start:] = weights[start:] * spectrum[start:].astype(one_minus.dtype) / one_minus[start:]
@@ -207,18 +214,16 @@ class SpectralRow:
     def mass_below(self, position: float) -> float:
         """A Chernoff bound on the composed mass at or below ``position`` (``below``
         where no exponents are known): min over lam < 0 of e^{K(lam) - lam position}."""
-        negative = self.exponents < 0
-        if not negative.any():
+        if not np.any(self.exponents < 0):
             return self.below
-        return min(self.below, float(np.exp(np.min(self.cumulants[negative] - self.exponents[negative] * position))))
+        return min(self.below, chernoff_below(self.exponents, self.cumulants, position))
 
     def mass_above(self, position: float) -> float:
         """A Chernoff bound on the composed mass at or above ``position`` (``above``
         where no exponents are known): min over lam > 0 of e^{K(lam) - lam position}."""
-        positive = self.exponents > 0
-        if not positive.any():
+        if not np.any(self.exponents > 0):
             return self.above
-        return min(self.above, float(np.exp(np.min(self.cumulants[positive] - self.exponents[positive] * position))))
+        return min(self.above, chernoff_above(self.exponents, self.cumulants, position))
 
     def first_positive(self) -> int:
         """The first window entry whose position is above 0 (the profiles read from it)."""
@@ -235,10 +240,7 @@ class SpectralRow:
 
     def masses(self, entries: np.ndarray) -> np.ndarray:
         """p_j for j in ``entries``: (1/n) Re sum_f c_f S_f w^{(first + j) f}."""
-        weights = np.full(self.spectrum.size, 2.0)
-        weights[0] = 1.0
-        if 2 * (self.spectrum.size - 1) == self.size:
-            weights[-1] = 1.0
+        weights = _fold_weights(self.spectrum.size, self.size)
         return _real_sums(self.first + np.asarray(entries, dtype=np.int64), weights * self.spectrum, self.roots) / self.size
 
     def delta(self, kind: str, epsilon: float) -> float:
@@ -336,7 +338,9 @@ class SpectralRow:
             values = self.masses(coarse)
             peak = int(np.argmax(values))
             under = np.flatnonzero(values[peak:] < self.roundoff)
-            if under.size == 0:
+            if under.size == 0 or under[0] == 0:
+                # every sample is below the allowance: a law narrower than their spacing
+                # fell between them, and the largest is noise anywhere; read it all
                 return self.size
             low, high = int(coarse[peak + under[0] - 1]), int(coarse[peak + under[0]])
         while high - low > 1:

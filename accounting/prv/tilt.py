@@ -55,6 +55,8 @@ from dpforge.accounting.prv.compose import (
     ComposedProfile,
     _chernoff_lambdas,
     _log_mgf,
+    chernoff_above,
+    chernoff_below,
     composed_infinity,
     extended_precision,
     fft_window,
@@ -481,8 +483,8 @@ def compose_tilted(
     )
     size = composed.size
     high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
-    above_tilted = float(np.exp(np.min(tilted_cumulant[positive] - lam[positive] * high)))
-    below_tilted = float(np.exp(np.min(tilted_cumulant[~positive] - lam[~positive] * low)))
+    above_tilted = chernoff_above(lam, tilted_cumulant, high)
+    below_tilted = chernoff_below(lam, tilted_cumulant, low)
     # untilted mass beyond the window: the direct Chernoff bound, or the tilted one scaled
     # by S at the window's edge (S decreases with y for theta > 0), whichever is smaller
     above = float(np.exp(min(np.min(cumulant[positive] - lam[positive] * high), log_scale - theta * high + math.log(max(above_tilted, 1e-300)))))

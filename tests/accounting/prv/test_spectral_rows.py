@@ -149,3 +149,23 @@ def test_rows_read_off_their_band_bracket_the_closed_form(delta):
                 assert exact * (1 - 2e-3) - 1e-9 <= eps <= exact, (count, eps, exact)
                 if isinstance(row, spectral_rows.SpectralRow):
                     assert -spectral_rows._Profile(row, "lower").constant < 0.5 * (row.above + row.below)
+
+
+@pytest.mark.parametrize("at", [100, 500, 3000])
+def test_the_lower_profile_stops_past_a_bump_the_coarse_scan_misses(at):
+    """The lower profile's stop is found from 65 evenly spaced entries; a law narrower
+    than their spacing (67.5 entries here) can fall between them, every sample then
+    below the allowance and the largest of them round-off noise anywhere: the stop must
+    not land before the law (the lower bound would read nothing: at 500 it stopped at
+    338), so the whole window is read instead."""
+    size = 4320
+    values = np.zeros(size)
+    values[at : at + 3] = [0.25, 0.5, 0.25]
+    row = spectral_rows.SpectralRow(
+        np.fft.rfft(values), size, -1.0, 0, 1e-3, 0.0, 0.0, 0.0, 1e-15, spectral_rows.unit_roots(size)
+    )
+    assert row._lower_stop() > at + 2
+    centre = -1.0 + (at + 1) * 1e-3
+    for kind in ("lower", "upper"):  # delta(eps) = 1 - e^{eps - x} about the bump at x: eps = x + log(1 - delta)
+        eps, _ = row.epsilon(kind, 1e-3)
+        assert eps == pytest.approx(max(centre + math.log1p(-1e-3), 0.0), abs=2e-3), kind
