@@ -14,6 +14,7 @@ last row is the full refined result.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import numpy as np
@@ -41,8 +42,10 @@ from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.engine import epsilon as prv_epsilon
 from dpforge.accounting.prv.limits import check_grid, check_held, memory_budget
 from dpforge.accounting.prv.spectral_rows import SpectralRow, unit_roots
+from dpforge.accounting.prv.evaluate import _TILT_BUDGET
+from dpforge.accounting.prv.tilt import _MAX_LOG_SCALE, _MAX_LOG_TILTED_TAIL, TiltedComposition, _log_spread, _log_tilted_masses
 from dpforge.accounting.results import EpsilonResult
-from dpforge.errors import DpforgeAccuracyWarning, ParameterError, warn_caller
+from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
 from dpforge.validation import require_probability_open
 
@@ -61,8 +64,11 @@ _WITNESS_EVERY = 32
 
 
 def compose_prefixes(
-    parts: Sequence[Sequence[tuple[GridMeasure, int]]], tail: float
-) -> Iterator[ComposedMeasure | SpectralRow]:
+    parts: Sequence[Sequence[tuple[GridMeasure, int]]],
+    tail: float,
+    theta: float = 0.0,
+    floors: Sequence[float] | None = None,
+) -> Iterator[ComposedMeasure | TiltedComposition | SpectralRow]:
     """The composed measure after each part (a part: measures with counts, all on one
     step), one at a time: each is yielded before the next is formed, so the caller holds
     one window at a time (a list of them took 16 bytes a point a prefix: 6.6 GB added
@@ -89,21 +95,55 @@ def compose_prefixes(
     (:class:`.spectral_rows.SpectralRow`), its allowance the model at the peak that its
     spectrum bounds, (|S_0| + 2 sum |S_f|) / n, or the latest witness if larger.  10,000
     phases of 10 steps on 194,400 points keep 1,656 of 97,201 frequencies at row 10, 180
-    at row 100, 44 at row 1,000 and 17 at the last (the first 8 rows whole)."""
+    at row 100, 44 at row 1,000 and 17 at the last (the first 8 rows whole).
+
+    ``theta`` > 0 composes every measure tilted by e^{theta x} (normalised, as
+    :func:`.tilt.compose_tilted`), so that each row's round-off allowance is relative to
+    the mass where its delta lives; row k keeps positions from ``floors[k]`` (a certified
+    lower bound on its eps) up, its window set for a tilted tail of tail / S_k(floor_k),
+    and is yielded as a tilted :class:`.spectral_rows.SpectralRow` or a
+    :class:`.tilt.TiltedComposition` (untilted by S_k(y) = e^{Lambda_k - theta y},
+    Lambda_k the sum over its measures of count log Z_i)."""
     everything = [item for part in parts for item in part]
     step = everything[0][0].step
     lam = _chernoff_lambdas(everything, tail)
     positive = lam > 0
     log_tail = math.log(tail)
+    tilted = theta > 0
+    if tilted:
+        if floors is None or len(floors) != len(parts):
+            raise ValueError("a tilted prefix composition needs one floor per part")
+        tilted_logs = [_log_tilted_masses(measure, theta) for measure, _ in everything]
+        log_zs = [log_z for _, log_z in tilted_logs]
     cumulants, cumulant = [], np.zeros(lam.shape)
+    tilted_cumulants, tilted_cumulant = [], np.zeros(lam.shape)
+    log_scales, log_scale = [], 0.0
     bottom, top = math.inf, -math.inf
-    for part in parts:
+    index = 0
+    for part_index, part in enumerate(parts):
         for measure, count in part:
             cumulant = cumulant + count * _log_mgf(measure, lam)
+            if tilted:
+                tilted_cumulant = tilted_cumulant + count * (_log_mgf(measure, theta + lam) - log_zs[index])
+                log_scale += count * log_zs[index]
+            index += 1
         cumulants.append(cumulant)
+        tilted_cumulants.append(tilted_cumulant)
+        log_scales.append(log_scale)
+        window_cumulant, window_tail = cumulant, log_tail
+        if tilted:
+            # the wrapped tilted mass is taken off scaled by S(floor): a tilted tail of
+            # tail / S(floor) keeps that term at tail (.tilt.compose_tilted)
+            log_scale_floor = log_scale - theta * floors[part_index]
+            if log_scale_floor > _MAX_LOG_SCALE:
+                raise LimitError(
+                    f"a tilt of {theta:.3g} would scale prefix {part_index} by e^{log_scale_floor:.0f} "
+                    f"at eps={floors[part_index]:.6g} (limit e^{_MAX_LOG_SCALE:.0f})"
+                )
+            window_cumulant, window_tail = tilted_cumulant, min(log_tail - log_scale_floor, _MAX_LOG_TILTED_TAIL)
         with np.errstate(invalid="ignore"):
-            top = max(top, float(np.min((cumulant[positive] - log_tail) / lam[positive])))
-            bottom = min(bottom, float(np.max((cumulant[~positive] - log_tail) / lam[~positive])))
+            top = max(top, float(np.min((window_cumulant[positive] - window_tail) / lam[positive])))
+            bottom = min(bottom, float(np.max((window_cumulant[~positive] - window_tail) / lam[~positive])))
     if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
         raise no_finite_window()
     check_grid((top - bottom) / step + 3, "the FFT window of the prefix compositions")
@@ -111,7 +151,8 @@ def compose_prefixes(
     frequencies = size // 2 + 1
     centres = [int(round(measure.mean_index())) for measure, _ in everything]
     offsets = np.array([measure.first_index - centre for (measure, _), centre in zip(everything, centres)], dtype=np.int64)
-    masses = np.array([float(np.sum(measure.masses)) for measure, _ in everything])
+    weights = [np.exp(logs) for logs, _ in tilted_logs] if tilted else [measure.masses for measure, _ in everything]
+    masses = np.array([float(np.sum(weight)) for weight in weights])
     errors = ((_ROUNDING_FACTOR * math.log2(size) + 2.0) * _U + 2.0 * _U) * masses
     with np.errstate(divide="ignore"):
         logs = np.log(masses + errors)
@@ -121,11 +162,10 @@ def compose_prefixes(
     log_mass = 0.0  # log M_0 = sum of c log(mass + e)
     dropped = 0.0  # sum over the dropped frequencies of their bound on |S_f|
     banded: dict[int, np.ndarray] = {}
-    weights = [measure.masses for measure, _ in everything]
     witness = 0.0
     roots = None
     base, count_so_far, log_survival, index = 0.0, 0, 0.0, 0
-    for part_index, (part, part_cumulant) in enumerate(zip(parts, cumulants)):
+    for part_index, (part, part_cumulant, part_tilted) in enumerate(zip(parts, cumulants, tilted_cumulants)):
         for measure, count in part:
             if index % _BAND_BLOCK == 0:
                 band, dropped = _narrowed_band(bound, dropped, log_mass, count_so_far, size, band)
@@ -142,9 +182,22 @@ def compose_prefixes(
             log_survival += count * math.log1p(-measure.infinity_mass)
             index += 1
         first = int(math.floor((bottom - base) / step))
-        last_position = base + (first + size - 1) * step
-        above = chernoff_above(lam, part_cumulant, last_position + 0.5 * step)
-        below = chernoff_below(lam, part_cumulant, base + (first - 0.5) * step)
+        high, low = base + (first + size - 0.5) * step, base + (first - 0.5) * step
+        above = chernoff_above(lam, part_cumulant, high)
+        below = chernoff_below(lam, part_cumulant, low)
+        tilt_terms: dict = {}
+        if tilted:
+            floor, row_scale = floors[part_index], log_scales[part_index]
+            tilted_above = chernoff_above(lam, part_tilted, high)
+            tilted_below = chernoff_below(lam, part_tilted, low)
+            # untilted mass beyond the window: the direct bound or the tilted one times S
+            # at the window's edge; below it, only what lies at or above the floor matters
+            # (.tilt.compose_tilted)
+            above = min(above, math.exp(min(row_scale - theta * high + math.log(max(tilted_above, 1e-300)), 0.0)))
+            below = min(below, chernoff_above(lam, part_cumulant, floor), math.exp(row_scale - theta * floor) * tilted_below)
+            tilt_terms = {
+                "theta": theta, "log_scale": row_scale, "floor": floor, "tilted_above": tilted_above, "tilted_below": tilted_below
+            }
         infinity = -math.expm1(log_survival)
         pruned = 2.0 * dropped / size
         spectral = band * _SPECTRAL_SHARE <= frequencies
@@ -153,15 +206,25 @@ def compose_prefixes(
             if not spectral:
                 positions = base + np.arange(first, first + size) * step
                 masses_row = np.roll(composed, -first)  # composed[(first + j) mod size]: two slices copied, no gather
-                yield ComposedMeasure(
-                    positions, masses_row, above, below, infinity, _roundoff_per_entry(composed, count_so_far) + pruned, size
-                )
+                roundoff = _roundoff_per_entry(composed, count_so_far) + pruned
+                if tilted:
+                    yield TiltedComposition(
+                        positions, masses_row, theta, tilt_terms["log_scale"], tilt_terms["floor"], tilt_terms["tilted_above"],
+                        tilt_terms["tilted_below"], above, below, infinity, roundoff, size, lam, part_cumulant,
+                    )
+                else:
+                    yield ComposedMeasure(positions, masses_row, above, below, infinity, roundoff, size)
                 continue
             witness = 2.0 * max(-float(np.min(composed)), 0.0)
         peak = (abs(spectrum[0].real) + 2.0 * float(np.sum(np.abs(spectrum[1:])))) / size
         roundoff = max(roundoff_model(count_so_far, size) * peak, witness) + pruned
         roots = unit_roots(size) if roots is None else roots
-        yield SpectralRow(spectrum.copy(), size, base, first, step, above, below, infinity, roundoff, roots, lam, part_cumulant)
+        # (a tilted row's exponents carry the tilted cumulant: its lower profile takes off
+        # the tilted mass that can alias into the entries read)
+        yield SpectralRow(
+            spectrum.copy(), size, base, first, step, above, below, infinity, roundoff, roots, lam,
+            part_tilted if tilted else part_cumulant, **tilt_terms,
+        )
 
 
 def _narrowed_band(
@@ -191,6 +254,9 @@ def _band_spectra(weights: Sequence[np.ndarray], offsets: np.ndarray, start: int
     return {int(i): spectra[row] for row, i in enumerate(indices)}
 
 
+#: verify's rows at a delta below this are composed a second time, tilted, when some come
+#: back wider than asked (:func:`epsilon_prefixes`)
+_TILT_ROWS_BELOW = 1e-8
 #: rows of a prefix table that are refined on their own when they come back wider than
 #: asked, if no more than this many do (beyond that they are returned as they are, each
 #: certified, and :func:`dpforge.budget.verify.verify_plan` says how many miss)
@@ -239,42 +305,22 @@ def epsilon_prefixes(
     # the mass outside the windows moves eps)
     step = full.accuracy["grid_step"]
     tail = full.accuracy.get("truncation_tail") or 1e-4 * delta
-    # each phase is truncated as in the whole plan's discretisation, tail / (10 x all the
-    # plan's steps) a step (discretise_all divides by the steps it is given): at
-    # tail / (10 x the phase's steps), 1,000 phases of 10 steps put 1e-7 at +inf, against
-    # 1e-10, and the rows' upper bounds sat up to 5e-4 above (6.68918 for the whole plan
-    # against 6.68562 refined), 132 rows wider than asked.  The cells stay uniform: graded
-    # ones sized for the whole plan's eps were 26 % faster but left the early rows up to
-    # 8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4)
-    total_steps = sum(component.count for component in whole)
-    rows: list[tuple[float, float]] = [(0.0, 0.0)] * (len(parts) - 1)
-    with memory_budget(memory_budget_bytes):
-        for direction in directions_for(whole):
-            direction_step = atom_aligned_step(whole, direction, step)
-            # eps only grows with the prefix (composition adds privacy loss, in each
-            # direction), so a row's certified lower bound in this direction bounds every
-            # later row's eps there from below: each row's profiles are read from the
-            # previous row's lower bound up (the lower pass first), the rows' tail part
-            # of the window instead of all of it
-            lows = [0.0] * (len(parts) - 1)
-            for kind in ("lower", "upper"):
-                measures, held = [], 0
-                for group in groups[:-1]:
-                    group_tail = tail * sum(component.count for component in group) / total_steps
-                    measures.append(discretise_all(group, direction, direction_step, group_tail, (kind,))[kind])
-                    held += sum(measure.masses.nbytes for measure, _ in measures[-1])
-                    check_held(held, "the one-step measures of the plan's phases")
-                composed = compose_prefixes(measures, tail)
-                hint = None
-                for index, measure in enumerate(composed):
-                    floor = lows[index - 1] if index > 0 else 0.0
-                    eps, hint = _row_epsilon(measure, kind, delta, floor, hint)
-                    if kind == "lower":
-                        lows[index] = max(eps, floor)
-                        rows[index] = (max(rows[index][0], lows[index]), rows[index][1])
-                    else:
-                        rows[index] = (rows[index][0], max(rows[index][1], eps))
+    rows = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes)
     rows = _monotone(rows, full.upper)
+    wide = [index for index, (low, high) in enumerate(rows) if high - low > relative_accuracy * high]
+    if wide and delta < _TILT_ROWS_BELOW:
+        # at tiny delta the untilted rows' round-off allowance sets their width (100
+        # phases at 1e-12: 99 rows up to 12 % wide): compose them again tilted, from
+        # their certified lower bounds up, and keep the intersection of the brackets
+        try:
+            tilted = _prefix_rows(
+                groups, whole, delta, step, tail, memory_budget_bytes, tilt=_RowTilt(rows, wide, relative_accuracy * delta * _TILT_BUDGET)
+            )
+        except LimitError:  # a tilted window past a named limit: the untilted rows stand, marked
+            tilted = None
+        if tilted is not None:
+            rows = [(max(low, tilted_low), min(high, tilted_high)) for (low, high), (tilted_low, tilted_high) in zip(rows, tilted)]
+            rows = _monotone(rows, full.upper)
     # a row wider than asked is refined on its own when there are few such rows: a plan's
     # short first phases have a small eps, which the whole plan's grid resolves less
     # finely (the warm-up row of examples/plans/within_budget.toml came back 1.3e-3 wide)
@@ -324,6 +370,119 @@ def epsilon_prefixes(
     return [*results, full]
 
 
+@dataclass(frozen=True)
+class _RowTilt:
+    """What a tilted prefix pass needs: the rows' certified brackets so far (their lower
+    ends are the floors, their middles the eps each tilt is aimed at), the rows it is
+    for, and the part of delta the round-off allowance may take (as the engine's
+    ``_TILT_BUDGET`` share of the width asked)."""
+
+    rows: list[tuple[float, float]]
+    wide: list[int]
+    budget: float
+
+
+def _prefix_rows(
+    groups: Sequence[Sequence[Component]],
+    whole: Sequence[Component],
+    delta: float,
+    step: float,
+    tail: float,
+    memory_budget_bytes: float | None,
+    tilt: _RowTilt | None = None,
+) -> list[tuple[float, float]] | None:
+    """Every row's certified (lower, upper) eps(delta) but the last, from one prefix
+    composition a bound kind and direction at the whole plan's ``step``; with ``tilt``,
+    composed tilted (:func:`compose_prefixes`) at one tilt a direction
+    (:func:`_rows_tilt`), or None where no tilt fits the rows.
+
+    Each phase is truncated as in the whole plan's discretisation, tail / (10 x all the
+    plan's steps) a step (discretise_all divides by the steps it is given): at
+    tail / (10 x the phase's steps), 1,000 phases of 10 steps put 1e-7 at +inf, against
+    1e-10, and the rows' upper bounds sat up to 5e-4 above (6.68918 for the whole plan
+    against 6.68562 refined), 132 rows wider than asked.  The cells stay uniform: graded
+    ones sized for the whole plan's eps were 26 % faster but left the early rows up to
+    8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4)."""
+    total_steps = sum(component.count for component in whole)
+    count = len(groups) - 1
+    floors = [low for low, _ in tilt.rows[:count]] if tilt is not None else [0.0] * count
+    rows: list[tuple[float, float]] = [(0.0, 0.0)] * count
+    with memory_budget(memory_budget_bytes):
+        for direction in directions_for(whole):
+            direction_step = atom_aligned_step(whole, direction, step)
+            # eps only grows with the prefix (composition adds privacy loss, in each
+            # direction), so a row's certified lower bound in this direction bounds every
+            # later row's eps there from below: each row's profiles are read from the
+            # previous row's lower bound up (the lower pass first), the rows' tail part
+            # of the window instead of all of it
+            lows = [0.0] * count
+            theta = 0.0
+            for kind in ("lower", "upper"):
+                measures, held = [], 0
+                for group in groups[:-1]:
+                    group_tail = tail * sum(component.count for component in group) / total_steps
+                    measures.append(discretise_all(group, direction, direction_step, group_tail, (kind,))[kind])
+                    held += sum(measure.masses.nbytes for measure, _ in measures[-1])
+                    check_held(held, "the one-step measures of the plan's phases")
+                if tilt is not None and kind == "lower":
+                    theta = _rows_tilt(measures, tilt, floors)
+                    if not theta > 0:
+                        return None
+                composed = compose_prefixes(measures, tail, theta, floors if theta > 0 else None)
+                hint = None
+                for index, measure in enumerate(composed):
+                    floor = max(lows[index - 1] if index > 0 else 0.0, floors[index])
+                    eps, hint = _row_epsilon(measure, kind, delta, floor, hint)
+                    if kind == "lower":
+                        lows[index] = max(eps, floor)
+                        rows[index] = (max(rows[index][0], lows[index]), rows[index][1])
+                    else:
+                        rows[index] = (rows[index][0], max(rows[index][1], eps))
+    return rows
+
+
+#: tilts tried for verify's tilted rows (:func:`_rows_tilt`)
+_ROW_TILTS = np.geomspace(1e-2, 64.0, 64)
+
+
+def _rows_tilt(measures: Sequence[Sequence[tuple[GridMeasure, int]]], tilt: _RowTilt, floors: Sequence[float]) -> float:
+    """One tilt theta for every row of a tilted prefix pass (0 where none serves): of
+    ``_ROW_TILTS``, those whose round-off allowance fits the budget at the most of the
+    wide rows' eps (each row's log S_k(eps_k) = Lambda_k(theta) - theta eps_k within
+    :func:`.tilt._roundoff_goal`, priced at a largest entry of 1), the middle one, and
+    only tilts that keep every row's S_k(floor_k) within ``_MAX_LOG_SCALE``.
+
+    One tilt serves many rows: the allowance fits over a wide range of theta around each
+    row's saddle point (100 phases of the verify family at 1e-12: every row within
+    theta 2.95 to 5.2).  Which tilt only sets the tightness; any theta > 0 certifies."""
+    thetas = _ROW_TILTS
+    step = measures[0][0][0].step
+    log_scales = np.zeros((len(measures), thetas.size))
+    scale, steps, counts = np.zeros(thetas.size), 0, []
+    for index, part in enumerate(measures):
+        for measure, count in part:
+            scale = scale + count * _log_mgf(measure, thetas)
+            steps += count
+        log_scales[index] = scale
+        counts.append(steps)
+    fits = np.zeros(thetas.size)
+    for index in tilt.wide:
+        if index >= len(measures):
+            continue
+        low, high = tilt.rows[index]
+        target = 0.5 * (low + high) if math.isfinite(high) else max(2.0 * low, low + 1.0)
+        goal = math.log(tilt.budget) - math.log(roundoff_model(counts[index], 2**64)) - np.array(
+            [_log_spread(theta, step) for theta in thetas]
+        )
+        fits += log_scales[index] - thetas * target <= goal
+    allowed = np.all(log_scales - thetas[None, :] * np.asarray(floors)[:, None] <= _MAX_LOG_SCALE, axis=0)
+    fits = np.where(allowed, fits, 0.0)
+    if not np.max(fits) > 0:
+        return 0.0
+    best = np.flatnonzero(fits == np.max(fits))
+    return float(thetas[best[best.size // 2]])
+
+
 def _monotone(rows: list[tuple[float, float]], last_upper: float) -> list[tuple[float, float]]:
     """The rows' certified brackets with each lower bound raised to the largest before it
     and each upper bound lowered to the smallest after it (``last_upper``, the whole
@@ -339,12 +498,19 @@ def _monotone(rows: list[tuple[float, float]], last_upper: float) -> list[tuple[
 
 
 def _row_epsilon(
-    row: ComposedMeasure | SpectralRow, kind: str, delta: float, floor: float, hint: tuple[float, float] | None
+    row: ComposedMeasure | TiltedComposition | SpectralRow,
+    kind: str,
+    delta: float,
+    floor: float,
+    hint: tuple[float, float] | None,
 ) -> tuple[float, tuple[float, float] | None]:
     """(a prefix row's certified ``kind`` bound on eps(delta), read from ``floor`` up; the
     positions to start the next row's searches from)."""
     if isinstance(row, SpectralRow):
         return row.epsilon(kind, delta, floor, hint)
+    if isinstance(row, TiltedComposition):  # read from its own floor up
+        profile = row.upper_profile() if kind == "upper" else row.lower_profile()
+        return profile.epsilon(delta), None
     profile = row.upper_profile(floor) if kind == "upper" else row.lower_profile(floor)
     return profile.epsilon(delta), None
 

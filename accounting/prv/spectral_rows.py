@@ -137,53 +137,77 @@ class _Series:
     magnitude: float
 
 
-def _series(spectrum: np.ndarray, roots: np.ndarray, decay: bool, step: float, end: int) -> _Series:
-    """:class:`_Series` for rho = e^{-step} (``decay``) or 1, in the precision of
-    ``roots``; the f = 0 term of rho = 1 is left out (:func:`tail_sums` adds S_0 N / n)."""
+def _series(spectrum: np.ndarray, roots: np.ndarray, rate: float, step: float, end: int) -> _Series:
+    """:class:`_Series` for rho = e^{-rate step} (``rate`` >= 0), in the precision of
+    ``roots``; at rate 0 (rho = 1) the f = 0 term is left out (:func:`tail_sums` adds
+    S_0 N / n)."""
     band, size = spectrum.size, roots.size
     real = np.longdouble if roots.dtype == np.clongdouble else np.float64
     pi = np.arccos(real(-1.0))
     f = np.arange(band, dtype=real)
     half = np.sin(pi * f / size)
     one_minus = 2 * half * (half - 1j * np.cos(pi * f / size))  # 1 - w^f
-    if decay:
-        one_minus = -np.expm1(real(-step)) + np.exp(real(-step)) * one_minus
+    if rate > 0:  # 1 - rho w^f = (1 - rho) + rho (1 - w^f), without cancellation
+        one_minus = -np.expm1(real(-rate * step)) + np.exp(real(-rate * step)) * one_minus
     weights = _fold_weights(band, size, real)
     values = np.zeros(band, dtype=one_minus.dtype)
-    start = 0 if decay else 1
+    start = 0 if rate > 0 else 1
     values[start:] = weights[start:] * spectrum[start:].astype(one_minus.dtype) / one_minus[start:]
     at_end = _real_sums(np.array([end]), values, roots)[0]
     return _Series(values, at_end, float(np.sum(np.abs(values))))
 
 
 def tail_sums(
-    spectrum: np.ndarray, size: int, step: float, starts: np.ndarray, end: int, extended: bool = False
+    spectrum: np.ndarray,
+    size: int,
+    step: float,
+    starts: np.ndarray,
+    end: int,
+    extended: bool = False,
+    theta: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(sum_{c = a}^{end - 1} p_c, sum_{c = a}^{end - 1} p_c e^{-(c - a) h}, and a bound on
-    each one's floating-point error) for every a in ``starts``, p_c = (1/n) Re sum_{f < G}
-    c_f S_f w^{c f} the inverse transform of the band ``spectrum`` (module docstring); in
-    long double with ``extended``."""
+    """(sum_{c = a}^{end - 1} p_c rho_1^{c - a}, sum_{c = a}^{end - 1} p_c rho_2^{c - a}, and
+    a bound on each one's floating-point error) for every a in ``starts``, with
+    rho_1 = e^{-theta h} and rho_2 = e^{-(1 + theta) h} (``theta`` >= 0: the untilting
+    factors of a tilted row, :class:`SpectralRow`), p_c = (1/n) Re sum_{f < G} c_f S_f
+    w^{c f} the inverse transform of the band ``spectrum`` (module docstring); in long
+    double with ``extended``."""
     roots = _extended_roots(size) if extended else unit_roots(size)
-    first, second = _series(spectrum, roots, False, step, end), _series(spectrum, roots, True, step, end)
-    return _sums(spectrum, roots, step, np.asarray(starts, dtype=np.int64), end, first, second)
+    rates = (theta, 1.0 + theta)
+    first, second = (_series(spectrum, roots, rate, step, end) for rate in rates)
+    return _sums(spectrum, roots, step, np.asarray(starts, dtype=np.int64), end, first, second, rates)
 
 
 def _sums(
-    spectrum: np.ndarray, roots: np.ndarray, step: float, starts: np.ndarray, end: int, first: _Series, second: _Series
+    spectrum: np.ndarray,
+    roots: np.ndarray,
+    step: float,
+    starts: np.ndarray,
+    end: int,
+    first: _Series,
+    second: _Series,
+    rates: tuple[float, float] = (0.0, 1.0),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`tail_sums` with the row's two series formed (in their precision; the sums
-    rounded to double at the end, half an ulp more of each in the bound)."""
+    """:func:`tail_sums` with the row's two series formed at ``rates`` (in their
+    precision; the sums rounded to double at the end, half an ulp more of each in the
+    bound)."""
     size = roots.size
     real = np.longdouble if roots.dtype == np.clongdouble else np.float64
     counts = (end - starts).astype(real)
     # each sum within _sum_error of sum |V|, the differences and the division by n
     # within 3 units of their terms' moduli
     scale = (_sum_error(spectrum.size, roots) + 4.0 * _unit(roots)) / size
-    plain = ((_real_sums(starts, first.values, roots) - first.at_end + real(spectrum[0].real) * counts) / size).astype(float)
-    plain_error = scale * (2.0 * first.magnitude + abs(spectrum[0].real) * counts.astype(float)) + _U * np.abs(plain)
-    ratio = np.exp(-step * counts)
-    discounted = ((_real_sums(starts, second.values, roots) - ratio * second.at_end) / size).astype(float)
-    discounted_error = scale * second.magnitude * (1.0 + ratio.astype(float)) + _U * np.abs(discounted)
+
+    def one(series: _Series, rate: float) -> tuple[np.ndarray, np.ndarray]:
+        if rate > 0:
+            ratio = np.exp(-rate * step * counts)
+            value = ((_real_sums(starts, series.values, roots) - ratio * series.at_end) / size).astype(float)
+            return value, scale * series.magnitude * (1.0 + ratio.astype(float)) + _U * np.abs(value)
+        value = ((_real_sums(starts, series.values, roots) - series.at_end + real(spectrum[0].real) * counts) / size).astype(float)
+        return value, scale * (2.0 * series.magnitude + abs(spectrum[0].real) * counts.astype(float)) + _U * np.abs(value)
+
+    plain, plain_error = one(first, rates[0])
+    discounted, discounted_error = one(second, rates[1])
     return plain, discounted, plain_error, discounted_error
 
 
@@ -207,23 +231,51 @@ class SpectralRow:
     #: :func:`unit_roots` of ``size`` (shared by the rows of one window)
     roots: np.ndarray
     #: the Chernoff exponents lam and the row's composed cumulant log E[e^{lam L}] there
-    #: (for the mass below the window that can alias into the lower profile's entries)
+    #: (for the mass below the window that can alias into the lower profile's entries;
+    #: of the tilted law for a tilted row)
     exponents: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
     cumulants: np.ndarray = field(default_factory=lambda: np.empty(0), compare=False, repr=False)
+    #: a tilted row (theta > 0, :mod:`.tilt`): the band is that of the tilted law
+    #: p~_j = p_j e^{theta y_j - log_scale}, ``roundoff`` is in its units, and the
+    #: profiles read only positions from ``floor`` (a certified lower bound on the eps
+    #: sought) up, untilting by S(y) = e^{log_scale - theta y}; ``above`` and ``below``
+    #: stay untilted (``below``: the mass below the window at or above ``floor``) and
+    #: ``tilted_above`` / ``tilted_below`` bound the tilted law's mass beyond the window
+    theta: float = 0.0
+    log_scale: float = 0.0
+    floor: float = 0.0
+    tilted_above: float = 0.0
+    tilted_below: float = 0.0
 
     def mass_below(self, position: float) -> float:
-        """A Chernoff bound on the composed mass at or below ``position`` (``below``
-        where no exponents are known): min over lam < 0 of e^{K(lam) - lam position}."""
+        """A Chernoff bound on the composed (for a tilted row: tilted) mass at or below
+        ``position`` (``below`` where no exponents are known): min over lam < 0 of
+        e^{K(lam) - lam position}."""
+        bound = self.tilted_below if self.theta > 0 else self.below
         if not np.any(self.exponents < 0):
-            return self.below
-        return min(self.below, chernoff_below(self.exponents, self.cumulants, position))
+            return bound
+        return min(bound, chernoff_below(self.exponents, self.cumulants, position))
 
     def mass_above(self, position: float) -> float:
-        """A Chernoff bound on the composed mass at or above ``position`` (``above``
-        where no exponents are known): min over lam > 0 of e^{K(lam) - lam position}."""
+        """A Chernoff bound on the composed (for a tilted row: tilted) mass at or above
+        ``position`` (``above`` where no exponents are known): min over lam > 0 of
+        e^{K(lam) - lam position}."""
+        bound = self.tilted_above if self.theta > 0 else self.above
         if not np.any(self.exponents > 0):
-            return self.above
-        return min(self.above, chernoff_above(self.exponents, self.cumulants, position))
+            return bound
+        return min(bound, chernoff_above(self.exponents, self.cumulants, position))
+
+    def untilting(self, position: float) -> float:
+        """S(y) = e^{log_scale - theta y}, the factor that untilts a mass at ``position``
+        (1 for an untilted row)."""
+        return math.exp(self.log_scale - self.theta * position) if self.theta > 0 else 1.0
+
+    def first_read(self) -> int:
+        """The first window entry the profiles read: above 0 and at or above ``floor``."""
+        entry = self.first_positive()
+        if self.floor > 0:
+            entry = max(entry, int(math.ceil((self.floor - self.base) / self.step - 1e-9)) - self.first)
+        return min(entry, self.size)
 
     def first_positive(self) -> int:
         """The first window entry whose position is above 0 (the profiles read from it)."""
@@ -247,6 +299,10 @@ class SpectralRow:
         """The ``kind`` ('upper' or 'lower') profile at ``epsilon`` (as
         :meth:`.compose.ComposedProfile.delta` of the whole window's profile, with the
         weights p_j +- r of the module docstring)."""
+        if epsilon < self.floor:
+            if kind == "upper":
+                return 1.0  # a tilted row reads nothing below its floor
+            epsilon = self.floor  # delta only falls with eps: a lower bound there holds below
         profile = _Profile(self, kind)
         entry = max(0, int(math.floor((epsilon - self.base) / self.step)) - self.first + 1)
         while entry < profile.stop and self.position(entry) <= epsilon:
@@ -267,6 +323,7 @@ class SpectralRow:
         prefix), by searches started at the entries nearest the positions ``hint`` (the
         previous row's; each row's window starts elsewhere)."""
         upper = kind == "upper"
+        floor = max(floor, self.floor)
         solved_near, stop_near = (None, None) if hint is None else (self._entry_near(hint[0]), self._entry_near(hint[1]))
         profile = _Profile(self, kind, stop_near, extended=delta < _EXTENDED_BELOW)
         constant, stop = profile.constant, profile.stop
@@ -278,8 +335,13 @@ class SpectralRow:
         start = zero
         if floor > 0:
             start = max(start, int(math.ceil((floor - self.base) / self.step - 1e-9)) - self.first)
+        if self.theta > 0 and start >= stop:
+            # a tilted row reads nothing below its floor (S(y) grows without bound there):
+            # with no entry from the floor up, the upper profile is its constant there
+            # (below delta, above), the lower one reads nothing
+            return (floor if upper else 0.0), where
         start = min(start, stop - 1)
-        if not (upper and floor > 0):
+        if not (upper and floor > 0) and not self.theta > 0:
             # the profile at eps = 0: constant + sum_{x_j > 0} w_j (1 - e^{-x_j})
             at_zero = constant
             if zero < stop:
@@ -362,8 +424,10 @@ class _Profile:
         # allowance only (a sub-measure: still a lower bound; each entry above it would
         # take up to r, at delta = 1e-10 about as much as the profile itself)
         self.stop = row.size if upper else row._lower_stop(stop_near)
+        # a tilted row's weights are untilted by S(y) <= S(floor) on the entries read
+        self.rates = (row.theta, 1.0 + row.theta)
         if upper:
-            self.constant = row.infinity + row.above + (row.below if row.position(0) > 0 else 0.0)
+            self.constant = row.infinity + row.above + (row.below if row.position(0) > row.floor else 0.0)
         else:
             # what lies outside the window aliases in: mass k steps below it wraps to entry
             # n - k and mass k steps above it to entry k - 1, so only what lies more than
@@ -371,33 +435,45 @@ class _Profile:
             # reach the entries read; the rest lands where the profile does not read (the
             # whole window's reading counts it and then takes all of it back, 1.8e-9 at
             # delta = 1e-5 on 200 phases, 2e-5 of eps)
+            # (for a tilted row, tilted masses, each untilted by at most S at the first
+            # entry read)
+            read = row.first_read()
             below = row.mass_below(row.position(0) - (row.size - self.stop + 0.5) * row.step)
-            above = row.mass_above(row.position(row.size - 1) + (row.first_positive() + 0.5) * row.step)
-            self.constant = -(above + below)
+            above = row.mass_above(row.position(row.size - 1) + (read + 0.5) * row.step)
+            self.constant = -(above + below) * row.untilting(row.position(min(read, row.size - 1)))
         end = row.first + self.stop
         self.roots = _extended_roots(row.size) if extended else row.roots
-        self.series = (
-            _series(row.spectrum, self.roots, False, row.step, end),
-            _series(row.spectrum, self.roots, True, row.step, end),
-        )
+        self.series = tuple(_series(row.spectrum, self.roots, rate, row.step, end) for rate in self.rates)
 
     def parts(self, entries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(sum_{J <= j < stop} w_j, sum_{J <= j < stop} w_j e^{-(j - J) h}) for each J
-        in ``entries``, with their error bounds added (upper) or taken (lower)."""
+        in ``entries``, with their error bounds added (upper) or taken (lower).  For a
+        tilted row w_j = (p~_j +- r~) S(y_j) and S(y_j) = S(y_J) e^{-theta (j - J) h}:
+        the same sums at ratios e^{-theta h} and e^{-(1 + theta) h}, times S(y_J)."""
         row = self.row
         plain, discounted, plain_error, discounted_error = _sums(
-            row.spectrum, self.roots, row.step, row.first + entries, row.first + self.stop, *self.series
+            row.spectrum, self.roots, row.step, row.first + entries, row.first + self.stop, *self.series, self.rates
         )
         counts = np.maximum(self.stop - entries, 0).astype(float)
-        plain = plain + self.weight * counts + self.sign * plain_error
-        discounted = discounted + self.weight * (np.expm1(-row.step * counts) / math.expm1(-row.step))
-        return plain, discounted - self.sign * discounted_error
+        plain = plain + self.weight * _geometric(self.rates[0] * row.step, counts) + self.sign * plain_error
+        discounted = discounted + self.weight * _geometric(self.rates[1] * row.step, counts) - self.sign * discounted_error
+        if row.theta > 0:
+            untilting = np.exp(row.log_scale - row.theta * (row.base + (row.first + entries) * row.step))
+            plain, discounted = plain * untilting, discounted * untilting
+        return plain, discounted
 
     def at_points(self, entries: np.ndarray) -> np.ndarray:
         """The profile at position(J), J in ``entries``: constant + sum_{j > J} w_j
         (1 - e^{-(j - J) h}) (each error bound moving it towards the side it bounds)."""
         after, discounted = self.parts(entries + 1)
         return self.constant + after - math.exp(-self.row.step) * discounted
+
+
+def _geometric(exponent: float, counts: np.ndarray) -> np.ndarray:
+    """sum_{t < N} e^{-exponent t} for each N in ``counts`` (N itself at exponent 0)."""
+    if exponent <= 0:
+        return counts
+    return np.expm1(-exponent * counts) / math.expm1(-exponent)
 
 
 def _narrow(candidates: np.ndarray, values: np.ndarray, delta: float, low: int, high: int) -> tuple[int, int]:
