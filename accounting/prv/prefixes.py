@@ -275,8 +275,10 @@ def epsilon_prefixes(
 
     The last result is :func:`~dpforge.accounting.prv.engine.epsilon` of the whole
     sequence; the others are read off one prefix-product composition at its final grid
-    step (untilted: at tiny delta their brackets can be wider than the last one's, which
-    ``accuracy["achieved"]`` shows).  When no more than ``SEPARATE_ROWS`` rows come back
+    step, a bound kind and direction at a time.  Below delta = ``_TILT_ROWS_BELOW``,
+    rows wider than ``relative_accuracy`` are composed again tilted (:func:`_prefix_rows`
+    with a :class:`_RowTilt`), each keeping the intersection of its two certified
+    brackets.  When no more than ``SEPARATE_ROWS`` rows come back
     wider than ``relative_accuracy``, each of them is also refined on its own and keeps
     the intersection of the two certified brackets (``accuracy["refined_separately"]``)."""
     delta = require_probability_open("delta", delta)
