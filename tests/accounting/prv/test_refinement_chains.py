@@ -336,3 +336,28 @@ def test_a_staged_law_without_atoms_takes_finer_chunk_grids_before_a_shortfall()
     looser = epsilon(description, 1e-15, relative_accuracy=3e-3)
     assert result.lower <= looser.upper and looser.lower <= result.upper
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sigma, rate, target, reference_step",
+    [(0.6, 1e-4, 1e-12, 1.8e-4), (0.3, 1e-6, 1e-5, 5e-5)],
+)
+def test_both_chains_staged_compose_the_upper_chain_on_one_grid(sigma, rate, target, reference_step, monkeypatch):
+    """T = 1e7 rare heavy hits: the spread model (20 standard deviations) priced one grid
+    at the error model's step over the limit, so both chains were staged, and the staged
+    upper chain stayed far above the limit of its bound: sigma = 0.6, q = 1e-4 at
+    delta = 1e-12 stopped at [9.40, 13.81] (32 % wide) after 27 s, sigma = 0.3, q = 1e-6 at
+    1e-5 at [7.6163, 7.6463] (3.9e-3).  The staged evaluation measures the real window
+    (22 and 26 nats), so the upper chain is now composed once on one grid and refined
+    there: both meet the width.  Cross-checks: the certified bracket of a fixed direct
+    grid overlaps it, and RDP's upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(sigma), rate), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, target)
+    assert records[0]["staged"] and any(record["kinds"] == ("upper",) and not record.get("staged") for record in records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, target, step=reference_step)
+    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    assert result.upper <= epsilon(description, target, engine="rdp").upper
