@@ -977,6 +977,26 @@ def refine(
         low, high = max(low, new_low), min(high, new_high)
         learn(evaluation, high)
         refinements += 1
+    if direct_upper_tried and tilted and upper_step is not None and math.isfinite(high) and high - low > relative_accuracy * high:
+        # a single-grid upper chain taken where both chains were staged (above) was tilted
+        # at the middle of the staged bracket, which can lie far above eps (sigma = 0.3,
+        # q = 1e-6, T = 1e7 at delta = 1e-15: at 44.5 for [24.7, 64.3], its upper end
+        # 25.90 with eps near 24.87), and its window was set from the staged lower end:
+        # short of the width, it is composed once more, tilted at the middle of the
+        # bracket reached and kept from its lower end, at half its step where that grid
+        # stays within the budget (there 25.90 -> 24.886, the width met; sigma = 0.6,
+        # q = 1e-5 at delta = 1e-10, whose upper chain stopped at the grid limit,
+        # 1.5241 -> 1.5218)
+        options = {"exponents": exponents, **tilt_options()}
+        for candidate in (0.5 * upper_step, upper_step):
+            try:
+                finer = upper_only(evaluation, candidate, options)
+            except LimitError:
+                continue
+            evaluation = _tighter(evaluation, finer, delta)
+            high = min(high, bounds_of(evaluation)[1])
+            refinements += 1
+            break
     if last_direct is not None and not (high - low <= relative_accuracy * high) and math.isfinite(high):
         # staging from a direct grid ended short of the width: where the direct grid
         # already resolved every one-step bulk, the chunks (a bulk width or so apart) only
