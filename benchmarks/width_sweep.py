@@ -3,6 +3,7 @@
 
     python benchmarks/width_sweep.py [--quick] [--timeout 120] [--json-out FILE]
     python benchmarks/width_sweep.py --random 60 [--seed 12] [--json-out FILE]
+    python benchmarks/width_sweep.py --corner [--json-out FILE]
 
 Sweeps Poisson-subsampled Gaussian and Laplace descriptions over noise 0.3-100,
 sampling rate 1e-6-1, steps 1-1e7 and delta 1e-15-0.1 (the domain of the engine's accuracy
@@ -19,6 +20,11 @@ the time, Gaussian two draws in three; delta log-uniform in [1e-15, 0.1]) and as
 delta = 1e-5 (the time reference) and at its drawn delta, so that rates such as 1e-5 and
 deltas such as 1e-12 are seen too (results in ``width_sweep_random.json`` unless
 ``--json-out`` says otherwise).
+
+``--corner`` asks T = 1e7 subsampled Gaussians with noise 0.3, 0.45, 0.6 and 1 and
+q = 1e-6, 1e-5 and 1e-4 at delta = 1e-5, 1e-10 and 1e-15: long runs of rare heavy hits,
+where both chains are staged, which the grid (noise 0.3 and 1, q 1e-6 and 1e-3) passes
+between (``width_sweep_corner.json``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,10 @@ RATES = (1e-6, 1e-3, 1.0)
 STEPS = (1, 1_000, 100_000, 10_000_000)
 DELTAS = (0.1, 1e-5, 1e-10, 1e-15)
 QUICK_STEPS = (1, 1_000, 100_000)
+#: ``--corner``: long runs of rare heavy hits, between the grid's noise and rate points
+#: (Gaussian only; where both chains are staged)
+CORNER = {"noises": (0.3, 0.45, 0.6, 1.0), "rates": (1e-6, 1e-5, 1e-4), "steps": 10_000_000, "deltas": (1e-5, 1e-10, 1e-15)}
+DEFAULT_CORNER_JSON = HERE / "results" / "width_sweep_corner.json"
 
 
 def _child(kind: str, noise: float, rate: float, steps: int, delta: float, out) -> None:
@@ -151,6 +161,9 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per call (default 120)")
     parser.add_argument("--random", type=int, metavar="N", help="N random descriptions instead of the grid")
     parser.add_argument("--seed", type=int, default=12, help="seed of --random (default 12)")
+    parser.add_argument(
+        "--corner", action="store_true", help="T = 1e7 Gaussians, noise 0.3-1, q 1e-6-1e-4 (results in width_sweep_corner.json)"
+    )
     parser.add_argument("--json-out", type=Path, default=None)
     parser.add_argument(
         "--summarise", type=Path, metavar="FILE", help="recompute the summary of a saved results FILE (no calls) and rewrite it"
@@ -169,6 +182,10 @@ def main() -> None:
             kind, noise, rate, steps, delta = draw(rng)
             cases.append((kind, noise, rate, steps, (1e-5, delta)))
         json_out = args.json_out or DEFAULT_RANDOM_JSON
+    elif args.corner:
+        grid = itertools.product(("gaussian",), CORNER["noises"], CORNER["rates"], (CORNER["steps"],))
+        cases = [(*case, CORNER["deltas"]) for case in grid]
+        json_out = args.json_out or DEFAULT_CORNER_JSON
     else:
         grid = itertools.product(("gaussian", "laplace"), NOISES, RATES, QUICK_STEPS if args.quick else STEPS)
         cases = [(*case, DELTAS) for case in grid]
@@ -192,7 +209,7 @@ def main() -> None:
             print(f"{kind:8s} noise={noise:<5g} q={rate:<6g} T={steps:<8d} delta={delta:<6g} {status}", flush=True)
     summary = summarise(rows)
     print(json.dumps(summary, indent=2))
-    settings = {"random": args.random, "seed": args.seed} if args.random else {"quick": args.quick}
+    settings = {"random": args.random, "seed": args.seed} if args.random else {"quick": args.quick, "corner": args.corner}
     json_out.parent.mkdir(parents=True, exist_ok=True)
     json_out.write_text(json.dumps({"settings": settings, "summary": summary, "rows": rows}, indent=1) + "\n")
 
