@@ -550,7 +550,11 @@ def refine(
     model) until that stops gaining a quarter of the width.  Every direction keeps its
     tightest certified profiles across the evaluations (:func:`_tighter`).  A round that
     gained little stops at a quarter of the narrowest one-step bulk before the step
-    model's jump past it (``_RESOLVED_CELLS``).
+    model's jump past it (``_RESOLVED_CELLS``).  Where the probe staged both chains (the
+    spread model priced one grid over the limit), a law without atoms has its upper
+    chain composed on one grid sized by the window the staged evaluation measured, at
+    the first round, and refined there; at a tilted evaluation still short of the width
+    at the end, that chain is composed once more, tilted at the bracket reached.
 
     For an epsilon query, the truncation tail is cut (to ``_TAIL_AIM`` of the width asked
     for, at most 1e-4x a round and 1e-8x in all) whenever the mass it leaves outside the

@@ -468,14 +468,13 @@ def _rows_tilt(measures: Sequence[Sequence[tuple[GridMeasure, int]]], tilt: _Row
         log_scales[index] = scale
         counts.append(steps)
     fits = np.zeros(thetas.size)
+    spread = np.array([_log_spread(theta, step) for theta in thetas])
     for index in tilt.wide:
         if index >= len(measures):
             continue
         low, high = tilt.rows[index]
         target = 0.5 * (low + high) if math.isfinite(high) else max(2.0 * low, low + 1.0)
-        goal = math.log(tilt.budget) - math.log(roundoff_model(counts[index], 2**64)) - np.array(
-            [_log_spread(theta, step) for theta in thetas]
-        )
+        goal = math.log(tilt.budget) - math.log(roundoff_model(counts[index], 2**64)) - spread
         fits += log_scales[index] - thetas * target <= goal
     allowed = np.all(log_scales - thetas[None, :] * np.asarray(floors)[:, None] <= _MAX_LOG_SCALE, axis=0)
     fits = np.where(allowed, fits, 0.0)

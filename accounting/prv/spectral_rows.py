@@ -424,7 +424,8 @@ class _Profile:
         # allowance only (a sub-measure: still a lower bound; each entry above it would
         # take up to r, at delta = 1e-10 about as much as the profile itself)
         self.stop = row.size if upper else row._lower_stop(stop_near)
-        # a tilted row's weights are untilted by S(y) <= S(floor) on the entries read
+        # the two tail sums' ratios are e^{-rate h}: 1 and e^{-h}, or for a tilted row
+        # e^{-theta h} and e^{-(1 + theta) h} (:meth:`parts`)
         self.rates = (row.theta, 1.0 + row.theta)
         if upper:
             self.constant = row.infinity + row.above + (row.below if row.position(0) > row.floor else 0.0)
