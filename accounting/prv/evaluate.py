@@ -669,6 +669,12 @@ def refine(
     # the tilt's floor, which the direct lower chain gives for a seventh of the time
     # (sigma = 0.3, q = 1e-6, T = 1e3 at delta = 1e-15: 9.75 from 0.96 s of staged chunks,
     # 7.72 from 0.14 s direct; the call 2.28 s -> 1.94 s, at 1e-10 1.58 s -> 1.07 s)
+    with_atoms = [
+        bool(component.privacy_loss_distribution(direction).atoms)
+        for component in components
+        for direction in directions_for(components)
+    ]
+    direct_upper_tried = False  # a single-grid upper chain where both chains were staged (below)
     early_tilt = False
     if staged and upper_step is not None and tilt is not None and not fixed:
         direct = evaluate(components, upper_step, tail, exponents=exponents, cache=probe_measures)
@@ -683,6 +689,27 @@ def refine(
             # (labelled with the staged step, as _evaluate_chains labels a split evaluation:
             # the step a result reports, and that verify's prefix passes use)
             evaluation = dataclasses.replace(_tighter(direct, _with_lower(direct, staged_lower), delta), step=step)
+    elif staged and upper_step is None and not fixed and not any(with_atoms):
+        # both chains staged on the spread model's price, which is far too wide for long
+        # runs of rare heavy hits (below, at the first round): the staged lower chain
+        # measures the window, and where one grid at half the error model's step holds it
+        # the upper chain is composed there, as when the model prices it right, instead
+        # of in staged chunks (sigma = 0.6, q = 1e-5, T = 1e7 at delta = 1e-10: the
+        # staged upper chain's chunks took 9 of the call's 11 s)
+        staged_lower = evaluate(components, step, tail, kinds=("lower",), staged=True, exponents=exponents, cache=probe_measures)
+        span = max(profile.grid_size for profile in staged_lower.lower) * step
+        upper = None
+        direct_upper_tried = True  # (or at the first round, below, on the finest grid that fits)
+        if span / min(0.5 * model_step, step) <= _DIRECT_LIMIT:
+            try:
+                upper = evaluate(components, min(0.5 * model_step, step), tail, kinds=("upper",), exponents=exponents, cache=probe_measures)
+                upper_step = min(0.5 * model_step, step)
+            except LimitError:
+                upper = None
+        if upper is None:
+            direct_upper_tried = False
+            upper = evaluate(components, step, tail, kinds=("upper",), staged=True, exponents=exponents, cache=probe_measures)
+        evaluation = Evaluation(step, upper.upper, staged_lower.lower, upper.directions)
     else:
         evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=exponents, cache=probe_measures)
     low, high = bounds_of(evaluation)
@@ -743,11 +770,6 @@ def refine(
     # T = 1e5, delta = 1e-15 closed a tenth of the width
     upper_open = True
     upper_history: list[tuple[float, float]] = []  # (upper_step, width) of the staged upper rounds
-    with_atoms = [
-        bool(component.privacy_loss_distribution(direction).atoms)
-        for component in components
-        for direction in directions_for(components)
-    ]
     lower_open = any(with_atoms)
     rare_hits = not any(with_atoms) and expected_hits(components) < _GRADED_MIN_HITS
     # how staged chunks are built: finer grids (fine_scale, relative to
@@ -758,7 +780,6 @@ def refine(
     smallest_tail = _TAIL_FLOOR * tail
     last_direct: tuple[float, int] | None = None  # (step, points) of the direct grid staged from
     last_resort_taken = False  # finer chunk grids for a law without atoms, once (below)
-    direct_upper_tried = False  # a single-grid upper chain where both chains were staged (below)
     while refinements < (0 if fixed else max_refinements):
         width = high - low
         if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:

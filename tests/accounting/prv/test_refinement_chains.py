@@ -378,3 +378,21 @@ def test_a_single_grid_upper_chain_short_of_the_width_is_aimed_again(monkeypatch
     assert upper_chains[-1]["tilt_at"] < 0.5 * (upper_chains[0]["tilt_at"] + result.upper)
     assert 24.8 < result.lower and result.upper < 25.0
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
+
+
+def test_a_staged_probe_composes_the_upper_chain_on_one_grid_where_the_measured_window_fits(monkeypatch):
+    """sigma = 0.6, q = 1e-4, T = 1e7 at delta = 1e-5: the spread model priced one grid at
+    half the error model's step over the limit, so the probe staged both chains, and the
+    staged upper chain's chunks took most of the call (3.1 s).  The staged lower chain
+    measures the window (22 nats): one grid at half the error model's step holds it, so
+    the probe composes the upper chain there and builds no staged upper chunks (0.6 s).
+    Cross-check: a fixed direct grid's certified bracket overlaps it."""
+    description = Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-5)
+    assert records[0]["staged"] and records[0]["kinds"] == ("lower",)
+    assert not any(record.get("staged") and "upper" in record["kinds"] for record in records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, 1e-5, step=5e-5)
+    assert fixed.lower <= result.upper and result.lower <= fixed.upper
