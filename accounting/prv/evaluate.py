@@ -608,6 +608,16 @@ def refine(
             evaluation.step, tuple(by_direction[d] for d in evaluation.directions), evaluation.lower, evaluation.directions
         )
 
+    def with_upper_on(evaluation: Evaluation, upper_step: float, options: Mapping) -> Evaluation | None:
+        """``evaluation`` with the upper chain also composed on one grid at ``upper_step``
+        (:func:`upper_only`), each direction keeping its tighter profile (:func:`_tighter`);
+        None where that grid passes a named limit."""
+        try:
+            finer = upper_only(evaluation, upper_step, options)
+        except LimitError:
+            return None
+        return _tighter(evaluation, finer, delta)
+
     def upper_error_estimate(evaluation: Evaluation, upper_step: float, options: Mapping) -> tuple[float, Evaluation | None]:
         """(estimate, the coarser evaluation it came from, or None): how far the upper end
         of ``evaluation`` (single grid at ``upper_step``, made with ``options``) lies above
@@ -808,12 +818,9 @@ def refine(
             span = max(profile.grid_size for profile in evaluation.upper) * step
             direct_step = min(max(0.5 * model_step, span / _DIRECT_LIMIT), step)
             options = {"exponents": exponents, **tilt_options()}
-            try:
-                finer = upper_only(evaluation, direct_step, options)
-            except LimitError:
-                finer = None
+            finer = with_upper_on(evaluation, direct_step, options)
             if finer is not None:
-                evaluation = _tighter(evaluation, finer, delta)
+                evaluation = finer
                 upper_step, upper_options = direct_step, options
                 high = min(high, bounds_of(evaluation)[1])
                 refinements += 1
@@ -1014,14 +1021,12 @@ def refine(
         # 1.5241 -> 1.5218)
         options = {"exponents": exponents, **tilt_options()}
         for candidate in (0.5 * upper_step, upper_step):
-            try:
-                finer = upper_only(evaluation, candidate, options)
-            except LimitError:
-                continue
-            evaluation = _tighter(evaluation, finer, delta)
-            high = min(high, bounds_of(evaluation)[1])
-            refinements += 1
-            break
+            finer = with_upper_on(evaluation, candidate, options)
+            if finer is not None:
+                evaluation = finer
+                high = min(high, bounds_of(evaluation)[1])
+                refinements += 1
+                break
     if last_direct is not None and not (high - low <= relative_accuracy * high) and math.isfinite(high):
         # staging from a direct grid ended short of the width: where the direct grid
         # already resolved every one-step bulk, the chunks (a bulk width or so apart) only

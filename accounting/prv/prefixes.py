@@ -113,8 +113,17 @@ def compose_prefixes(
     if tilted:
         if floors is None or len(floors) != len(parts):
             raise ValueError("a tilted prefix composition needs one floor per part")
-        tilted_logs = [_log_tilted_masses(measure, theta) for measure, _ in everything]
-        log_zs = [log_z for _, log_z in tilted_logs]
+        # each measure's tilted copy (the logs are not kept: one copy a measure), held
+        # beside the measures themselves and checked against the budget with them
+        tilted_weights, log_zs = [], []
+        for measure, _ in everything:
+            logs, log_z = _log_tilted_masses(measure, theta)
+            tilted_weights.append(np.exp(logs))
+            log_zs.append(log_z)
+        check_held(
+            sum(measure.masses.nbytes + weight.nbytes for (measure, _), weight in zip(everything, tilted_weights)),
+            "the one-step measures of the plan's phases and their tilted copies",
+        )
     cumulants, cumulant = [], np.zeros(lam.shape)
     tilted_cumulants, tilted_cumulant = [], np.zeros(lam.shape)
     log_scales, log_scale = [], 0.0
@@ -151,7 +160,7 @@ def compose_prefixes(
     frequencies = size // 2 + 1
     centres = [int(round(measure.mean_index())) for measure, _ in everything]
     offsets = np.array([measure.first_index - centre for (measure, _), centre in zip(everything, centres)], dtype=np.int64)
-    weights = [np.exp(logs) for logs, _ in tilted_logs] if tilted else [measure.masses for measure, _ in everything]
+    weights = tilted_weights if tilted else [measure.masses for measure, _ in everything]
     masses = np.array([float(np.sum(weight)) for weight in weights])
     errors = ((_ROUNDING_FACTOR * math.log2(size) + 2.0) * _U + 2.0 * _U) * masses
     with np.errstate(divide="ignore"):

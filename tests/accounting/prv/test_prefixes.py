@@ -238,3 +238,30 @@ def test_tilted_rows_of_mixed_phases_overlap_fresh_brackets_at_tiny_delta(monkey
     for index in (0, 4, 11, 22):
         fresh = epsilon(Composed([part for description in parts[: index + 1] for part in description.parts]), 1e-13)
         assert rows[index].lower <= fresh.upper and fresh.lower <= rows[index].upper, (index, rows[index], fresh)
+
+
+def test_tilted_rows_past_the_memory_budget_leave_the_untilted_rows_marked(monkeypatch):
+    """The tilted pass holds a tilted copy of every one-step measure beside the measures,
+    checked against the memory budget with them; past it, the pass is given up and the
+    untilted rows stand, each certified and marked as short (no error: the verdict, the
+    last row, is the whole plan's)."""
+    import importlib
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    limits = importlib.import_module("dpforge.accounting.prv.limits")
+    checked = []
+
+    def over_budget(nbytes, what):
+        checked.append(what)
+        if "tilted copies" in what:
+            raise limits.LimitError(f"{what}: over the budget (test)")
+
+    monkeypatch.setattr(prefixes, "check_held", over_budget)
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    phases = 20
+    parts = [Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / (phases - 1)), 0.01), 10)]) for i in range(phases)]
+    rows = epsilon_prefixes(parts, 1e-12)
+    assert any("tilted copies" in what for what in checked)
+    assert rows[-1].accuracy["reached"]
+    assert sum(not row.accuracy["reached"] for row in rows[:-1]) >= 10  # untilted: 19 rows wide
+    assert all(row.lower <= row.upper for row in rows)
