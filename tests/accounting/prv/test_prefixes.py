@@ -265,3 +265,82 @@ def test_tilted_rows_past_the_memory_budget_leave_the_untilted_rows_marked(monke
     assert rows[-1].accuracy["reached"]
     assert sum(not row.accuracy["reached"] for row in rows[:-1]) >= 10  # untilted: 19 rows wide
     assert all(row.lower <= row.upper for row in rows)
+
+
+def _family(phases: int):
+    return [Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / (phases - 1)), 0.01), 10)]) for i in range(phases)]
+
+
+def _recorded_passes(monkeypatch, prefixes):
+    """The (direction, kinds, step, tilted) of every prefix pass epsilon_prefixes makes."""
+    passes = []
+    original = prefixes._direction_rows
+
+    def recorded(groups, whole, direction, kinds, step, tail, delta, floors, tilt=None):
+        passes.append((direction, tuple(kinds), step, tilt is not None))
+        return original(groups, whole, direction, kinds, step, tail, delta, floors, tilt)
+
+    monkeypatch.setattr(prefixes, "_direction_rows", recorded)
+    return passes
+
+
+def test_a_dominated_direction_is_bounded_on_a_coarse_grid_alone(monkeypatch):
+    """A row's eps is the larger of its two directions', and the verify family's add
+    direction lies far below its remove one (row 49 of 100 at 1e-5: 1.09 against 1.86):
+    its rows are bounded from above on a grid 4x coarser, with no lower chain, and every
+    row comes out as it does with both directions composed at the step for both bounds
+    (certified either way; here not one bound moves)."""
+    import importlib
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    parts = _family(30)
+    passes = _recorded_passes(monkeypatch, prefixes)
+    rows = epsilon_prefixes(parts, 1e-5)
+    step = rows[-1].accuracy["grid_step"]
+    assert [(direction, kinds) for direction, kinds, _, _ in passes] == [("remove", ("lower", "upper")), ("add", ("upper",))]
+    assert passes[1][2] == pytest.approx(prefixes._COARSE_FACTOR * step) and prefixes._COARSE_FACTOR > 1
+    monkeypatch.setattr(prefixes, "_COARSE_FACTOR", 1)
+    passes.clear()
+    both = epsilon_prefixes(parts, 1e-5)
+    assert [kinds for _, kinds, _, _ in passes] == [("lower", "upper")] * 2
+    assert [(row.lower, row.upper) for row in rows] == [(row.lower, row.upper) for row in both]
+    assert all(row.accuracy["reached"] for row in rows)
+
+
+def test_rows_do_not_depend_on_which_direction_comes_first(monkeypatch):
+    """Taken first, the add direction leaves the remove one possibly setting every row:
+    its coarse upper bounds lie above the rows' lower bounds and would widen them, so it
+    is composed at the step for both bounds, and every row comes out as in the usual
+    order."""
+    import importlib
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    parts = _family(20)
+    usual = epsilon_prefixes(parts, 1e-5)
+    passes = _recorded_passes(monkeypatch, prefixes)
+    monkeypatch.setattr(prefixes, "directions_for", lambda whole: ("add", "remove"))
+    reversed_rows = epsilon_prefixes(parts, 1e-5)
+    kinds = [(direction, kinds) for direction, kinds, _, _ in passes]
+    assert kinds == [("add", ("lower", "upper")), ("remove", ("upper",)), ("remove", ("lower", "upper"))]
+    assert [(row.lower, row.upper) for row in reversed_rows] == [(row.lower, row.upper) for row in usual]
+
+
+def test_a_direction_dominated_at_every_wide_row_is_not_tilted_again(monkeypatch):
+    """At delta = 1e-12 the tilted pass composes only the remove direction of the verify
+    family: the add direction's untilted upper bounds lie below every wide row's floor,
+    so they stand, and every row still reaches the 1e-3 asked and overlaps a fresh
+    certified bracket."""
+    import importlib
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    parts = _family(20)
+    passes = _recorded_passes(monkeypatch, prefixes)
+    rows = epsilon_prefixes(parts, 1e-12)
+    assert [direction for direction, _, _, tilted in passes if tilted] == ["remove"]
+    assert all(row.accuracy["reached"] for row in rows)
+    for index in (0, 9):
+        fresh = epsilon(Composed([part for description in parts[: index + 1] for part in description.parts]), 1e-12)
+        assert rows[index].lower <= fresh.upper and fresh.lower <= rows[index].upper, (index, rows[index], fresh)
