@@ -427,8 +427,10 @@ def _prefix_rows(
     costs a coarse upper pass instead of two passes at the step.  The verify family's
     add direction lies far below its remove one (100 phases at 1e-5: row 49 at 1.09
     against 1.86).  Otherwise the direction is composed at the step as the first.
-    Tilted, a direction whose untilted upper bounds are at or below every wide row's
-    floor is not composed again, its upper bounds standing.
+    Below ``_TILT_ROWS_BELOW`` a row already wider than asked without the direction
+    does not count (the tilted pass takes it).  Tilted, a direction whose untilted upper
+    bounds are at or below every wide row's floor is not composed again, its upper
+    bounds standing; otherwise it is composed tilted for both bounds.
 
     Each phase is truncated as in the whole plan's discretisation, tail / (10 x all the
     plan's steps) a step (discretise_all divides by the steps it is given): at
@@ -444,12 +446,17 @@ def _prefix_rows(
     with memory_budget(memory_budget_bytes):
         for order, direction in enumerate(directions_for(whole)):
             direction_step = atom_aligned_step(whole, direction, step)
-            if order > 0 and tilt is None and _COARSE_FACTOR > 1 and delta >= _TILT_ROWS_BELOW:
+            if order > 0 and tilt is None and _COARSE_FACTOR > 1:
                 coarse_step = atom_aligned_step(whole, direction, _COARSE_FACTOR * step)
                 _, coarse = _direction_rows(groups, whole, direction, ("upper",), coarse_step, tail, delta, lows)
                 merged = [max(high, bound) for high, bound in zip(highs, coarse)]
+                # (below _TILT_ROWS_BELOW a row already wide without this direction is left
+                # to the tilted pass, which composes the direction again unless its
+                # coarse upper bounds lie below every wide row's floor)
+                tilting = delta < _TILT_ROWS_BELOW
                 if not any(
-                    bound > low and top - low > relative_accuracy * top for low, top, bound in zip(lows, merged, coarse)
+                    bound > low and top - low > relative_accuracy * top and not (tilting and high - low > relative_accuracy * high)
+                    for low, high, top, bound in zip(lows, highs, merged, coarse)
                 ):
                     uppers[direction], highs = coarse, merged
                     continue

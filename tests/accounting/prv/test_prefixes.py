@@ -328,10 +328,11 @@ def test_rows_do_not_depend_on_which_direction_comes_first(monkeypatch):
 
 
 def test_a_direction_dominated_at_every_wide_row_is_not_tilted_again(monkeypatch):
-    """At delta = 1e-12 the tilted pass composes only the remove direction of the verify
-    family: the add direction's untilted upper bounds lie below every wide row's floor,
-    so they stand, and every row still reaches the 1e-3 asked and overlaps a fresh
-    certified bracket."""
+    """At delta = 1e-12 the untilted rows are wide (the tilted pass is for them), so the
+    add direction of the verify family is bounded on the coarse grid alone there too,
+    and the tilted pass composes only the remove direction: the add direction's coarse
+    upper bounds lie below every wide row's floor, so they stand, and every row still
+    reaches the 1e-3 asked and overlaps a fresh certified bracket."""
     import importlib
 
     prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
@@ -339,8 +340,37 @@ def test_a_direction_dominated_at_every_wide_row_is_not_tilted_again(monkeypatch
     parts = _family(20)
     passes = _recorded_passes(monkeypatch, prefixes)
     rows = epsilon_prefixes(parts, 1e-12)
-    assert [direction for direction, _, _, tilted in passes if tilted] == ["remove"]
+    kinds = [(direction, kinds, tilted) for direction, kinds, _, tilted in passes]
+    assert kinds == [("remove", ("lower", "upper"), False), ("add", ("upper",), False), ("remove", ("lower", "upper"), True)]
     assert all(row.accuracy["reached"] for row in rows)
     for index in (0, 9):
         fresh = epsilon(Composed([part for description in parts[: index + 1] for part in description.parts]), 1e-12)
+        assert rows[index].lower <= fresh.upper and fresh.lower <= rows[index].upper, (index, rows[index], fresh)
+
+
+def test_a_direction_the_coarse_grid_leaves_open_is_tilted_again(monkeypatch):
+    """24 Gaussian and Laplace phases at q from 0.01 to 1, delta = 1e-13: the add
+    direction's coarse upper bounds lie above some wide row's floor, so the tilted pass
+    composes it for both bounds as well, and every row reaches the 1e-3 asked and
+    overlaps a fresh certified bracket."""
+    import importlib
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    parts = []
+    for index in range(24):
+        mechanism = Gaussian(1.0 + 0.1 * index) if index % 2 == 0 else Laplace(2.0 + 0.2 * index)
+        rate = (0.01, 0.1, 0.5, 1.0)[index % 4]
+        parts.append(Composed([(PoissonSampled(mechanism, rate) if rate < 1.0 else mechanism, 5 + index)]))
+    passes = _recorded_passes(monkeypatch, prefixes)
+    rows = epsilon_prefixes(parts, 1e-13)
+    assert [(direction, kinds, tilted) for direction, kinds, _, tilted in passes] == [
+        ("remove", ("lower", "upper"), False),
+        ("add", ("upper",), False),
+        ("remove", ("lower", "upper"), True),
+        ("add", ("lower", "upper"), True),
+    ]
+    assert all(row.accuracy["reached"] for row in rows), [row.accuracy["achieved"] for row in rows]
+    for index in (0, 7, 16, 22):
+        fresh = epsilon(Composed([part for description in parts[: index + 1] for part in description.parts]), 1e-13)
         assert rows[index].lower <= fresh.upper and fresh.lower <= rows[index].upper, (index, rows[index], fresh)
