@@ -316,9 +316,9 @@ def epsilon_prefixes(
     # the mass outside the windows moves eps)
     step = full.accuracy["grid_step"]
     tail = full.accuracy.get("truncation_tail") or 1e-4 * delta
-    rows, uppers = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy)
+    rows, uppers, deferred = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy)
     rows = _monotone(rows, full.upper)
-    wide = [index for index, (low, high) in enumerate(rows) if high - low > relative_accuracy * high]
+    wide = [index for index, (low, high) in enumerate(rows) if _is_wide(low, high, relative_accuracy)]
     if wide and delta < _TILT_ROWS_BELOW:
         # at tiny delta the untilted rows' round-off allowance sets their width (100
         # phases at 1e-12: 99 rows up to 12 % wide): compose them again tilted, from
@@ -331,11 +331,16 @@ def epsilon_prefixes(
         if tilted is not None:
             rows = [(max(low, tilted_low), min(high, tilted_high)) for (low, high), (tilted_low, tilted_high) in zip(rows, tilted[0])]
             rows = _monotone(rows, full.upper)
+        elif deferred:
+            # the rows a coarse direction left to the tilted pass are composed at the step
+            # instead, as without the coarse pass: the untilted rows stand as they were
+            rows, _, _ = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy, coarse=False)
+            rows = _monotone(rows, full.upper)
     # a row wider than asked is refined on its own when there are few such rows: a plan's
     # short first phases have a small eps, which the whole plan's grid resolves less
     # finely (the warm-up row of examples/plans/within_budget.toml came back 1.3e-3 wide)
     separate: dict[int, EpsilonResult] = {}
-    missing = [index for index, (low, high) in enumerate(rows) if high - low > relative_accuracy * high]
+    missing = [index for index, (low, high) in enumerate(rows) if _is_wide(low, high, relative_accuracy)]
     if len(missing) <= SEPARATE_ROWS:
         for index in missing:
             separate[index] = prv_epsilon(
@@ -409,9 +414,11 @@ def _prefix_rows(
     memory_budget_bytes: float | None,
     relative_accuracy: float = 1e-3,
     tilt: _RowTilt | None = None,
-) -> tuple[list[tuple[float, float]], dict[str, list[float]]] | None:
+    coarse: bool = True,
+) -> tuple[list[tuple[float, float]], dict[str, list[float]], bool] | None:
     """(every row's certified (lower, upper) eps(delta) but the last, each direction's
-    certified upper bounds on its own rows) from one prefix composition a bound kind and
+    certified upper bounds on its rows, whether a coarse direction left a row it may set
+    to the tilted pass) from one prefix composition a bound kind and
     direction at the whole plan's ``step``; with ``tilt``, composed tilted
     (:func:`compose_prefixes`) at one tilt a direction (:func:`_rows_tilt`), or None
     where no tilt fits the rows.
@@ -428,7 +435,8 @@ def _prefix_rows(
     add direction lies far below its remove one (100 phases at 1e-5: row 49 at 1.09
     against 1.86).  Otherwise the direction is composed at the step as the first.
     Below ``_TILT_ROWS_BELOW`` a row already wider than asked without the direction
-    does not count (the tilted pass takes it).  Tilted, a direction whose untilted upper
+    does not count (the tilted pass takes it; where that pass fails, the rows are
+    composed again with ``coarse`` off, as without this pass).  Tilted, a direction whose untilted upper
     bounds are at or below every wide row's floor is not composed again, its upper
     bounds standing; otherwise it is composed tilted for both bounds.
 
@@ -443,25 +451,28 @@ def _prefix_rows(
     floors = [low for low, _ in tilt.rows[:count]] if tilt is not None else [0.0] * count
     lows, highs = list(floors), [0.0] * count
     uppers: dict[str, list[float]] = {}
+    deferred = False
     with memory_budget(memory_budget_bytes):
         for order, direction in enumerate(directions_for(whole)):
             direction_step = atom_aligned_step(whole, direction, step)
-            if order > 0 and tilt is None and _COARSE_FACTOR > 1:
+            if order > 0 and tilt is None and coarse and _COARSE_FACTOR > 1:
                 coarse_step = atom_aligned_step(whole, direction, _COARSE_FACTOR * step)
-                _, coarse = _direction_rows(groups, whole, direction, ("upper",), coarse_step, tail, delta, lows)
-                merged = [max(high, bound) for high, bound in zip(highs, coarse)]
-                # (below _TILT_ROWS_BELOW a row already wide without this direction is left
-                # to the tilted pass, which composes the direction again unless its
-                # coarse upper bounds lie below every wide row's floor)
+                _, bounds = _direction_rows(groups, whole, direction, ("upper",), coarse_step, tail, delta, lows)
+                merged = [max(high, bound) for high, bound in zip(highs, bounds)]
+                # rows this direction may set (its coarse upper bound above their lower
+                # bound) that it leaves wider than asked; below _TILT_ROWS_BELOW a row
+                # already wide without it is left to the tilted pass, which composes the
+                # direction again unless its coarse upper bounds lie below every wide
+                # row's floor
                 tilting = delta < _TILT_ROWS_BELOW
-                if not any(
-                    bound > low and top - low > relative_accuracy * top and not (tilting and high - low > relative_accuracy * high)
-                    for low, high, top, bound in zip(lows, highs, merged, coarse)
-                ):
-                    uppers[direction], highs = coarse, merged
+                settable = [bound > low and _is_wide(low, top, relative_accuracy) for low, top, bound in zip(lows, merged, bounds)]
+                left = [tilting and _is_wide(low, high, relative_accuracy) for low, high in zip(lows, highs)]
+                if not any(may and not later for may, later in zip(settable, left)):
+                    uppers[direction], highs = bounds, merged
+                    deferred = deferred or any(may and later for may, later in zip(settable, left))
                     continue
             known = tilt.uppers.get(direction) if tilt is not None and order > 0 else None
-            if known is not None and all(known[index] <= floors[index] for index in tilt.wide if index < count):
+            if known is not None and all(known[index] <= floors[index] for index in tilt.wide):
                 uppers[direction], highs = known, [max(high, bound) for high, bound in zip(highs, known)]
                 continue
             found = _direction_rows(groups, whole, direction, ("lower", "upper"), direction_step, tail, delta, floors, tilt)
@@ -470,7 +481,12 @@ def _prefix_rows(
             direction_lows, uppers[direction] = found
             lows = [max(low, bound) for low, bound in zip(lows, direction_lows)]
             highs = [max(high, bound) for high, bound in zip(highs, uppers[direction])]
-    return list(zip(lows, highs)), uppers
+    return list(zip(lows, highs)), uppers, deferred
+
+
+def _is_wide(low: float, high: float, relative_accuracy: float) -> bool:
+    """A bracket wider than ``relative_accuracy`` asks, or with no finite upper end."""
+    return not math.isfinite(high) or high - low > relative_accuracy * high
 
 
 def _direction_rows(
@@ -484,10 +500,13 @@ def _direction_rows(
     floors: Sequence[float],
     tilt: _RowTilt | None = None,
 ) -> tuple[list[float], list[float]] | None:
-    """(each row's certified lower bound on its eps in ``direction``, at least its
-    floor; its certified upper bound, read from the previous row's lower bound or the
-    floor) for the ``kinds`` asked (the floors, or 0 for the upper bounds, where a kind is
-    not), lower first; None where a tilted pass finds no tilt (:func:`_prefix_rows`)."""
+    """(each row's certified lower bound: the larger of ``direction``'s and its floor;
+    its certified upper bound on the row's eps, read from the larger of the previous
+    row's lower bound and its floor, so at least the floor: ``direction``'s own where it
+    lies above them) for the ``kinds`` asked (the floors, or 0 for the upper bounds,
+    where a kind is not), lower first; None where a tilted pass finds no tilt
+    (:func:`_prefix_rows`).  The floors are certified lower bounds on the rows' eps (of
+    any direction: the row's is the larger of its directions')."""
     total_steps = sum(component.count for component in whole)
     count = len(groups) - 1
     lows, highs = list(floors), [0.0] * count

@@ -220,7 +220,6 @@ def test_sum_of_products_holds_a_few_windows_whatever_the_number_of_terms():
     step, terms, chunk = 0.01, 16, 200
     rest = GridMeasure(10, np.exp(-4.0 * np.arange(2_500) * step) * 1e-3, step)
     coarse = [GridMeasure(k, np.exp(-0.5 * ((np.arange(3_000) * step - 5.0) / 2.0) ** 2) / 500.0, step) for k in range(terms + 1)]
-    two_scale._sum_of_products(coarse[:2], rest, chunk, 1)  # the FFT sizes' first use out of the way
     tracemalloc.start()
     try:
         summed = two_scale._sum_of_products(coarse, rest, chunk, terms)
