@@ -380,6 +380,23 @@ def test_a_single_grid_upper_chain_short_of_the_width_is_aimed_again(monkeypatch
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
 
+@pytest.mark.slow
+def test_a_last_resort_that_pays_is_followed_by_finer_chunk_grids(monkeypatch):
+    """sigma = 0.3, q = 1e-5, T = 1e7 at delta = 1e-10: with the upper chain converged,
+    the last resort (4x finer chunk grids, once) moved the staged lower end 50.037 ->
+    50.100, and the call stopped there, [50.1003, 50.2128] (2.2e-3 wide, flagged).  A
+    last resort that pays a quarter of the width or more is now followed by finer chunk
+    grids aimed at the width while they pay: the width is met.  Cross-check: RDP's
+    certified upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-5), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-10)
+    staged_lower = [record for record in records if record.get("staged") and record["kinds"] == ("lower",)]
+    assert len(staged_lower) >= 4  # the probe's, the second round's, the last resort's, one more
+    assert 50.16 < result.lower and result.upper < 50.22
+    assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
 def test_a_staged_probe_composes_the_upper_chain_on_one_grid_where_the_measured_window_fits(monkeypatch):
     """sigma = 0.6, q = 1e-4, T = 1e7 at delta = 1e-5: the spread model priced one grid at
     half the error model's step over the limit, so the probe staged both chains, and the
