@@ -418,10 +418,9 @@ def _prefix_rows(
 ) -> tuple[list[tuple[float, float]], dict[str, list[float]], bool] | None:
     """(every row's certified (lower, upper) eps(delta) but the last, each direction's
     certified upper bounds on its rows, whether a coarse direction left a row it may set
-    to the tilted pass) from one prefix composition a bound kind and
-    direction at the whole plan's ``step``; with ``tilt``, composed tilted
-    (:func:`compose_prefixes`) at one tilt a direction (:func:`_rows_tilt`), or None
-    where no tilt fits the rows.
+    to the tilted pass) from one prefix composition a bound kind and direction at the
+    whole plan's ``step``; with ``tilt``, composed tilted (:func:`compose_prefixes`) at
+    one tilt a direction (:func:`_rows_tilt`), or None where no tilt fits the rows.
 
     A row's eps is the larger of its directions' (dpforge's add-or-remove accounting), so
     its upper bound is the larger of theirs and any one direction's lower bound bounds it
@@ -436,9 +435,9 @@ def _prefix_rows(
     against 1.86).  Otherwise the direction is composed at the step as the first.
     Below ``_TILT_ROWS_BELOW`` a row already wider than asked without the direction
     does not count (the tilted pass takes it; where that pass fails, the rows are
-    composed again with ``coarse`` off, as without this pass).  Tilted, a direction whose untilted upper
-    bounds are at or below every wide row's floor is not composed again, its upper
-    bounds standing; otherwise it is composed tilted for both bounds.
+    composed again with ``coarse`` off, as without this pass).  Tilted, a direction
+    whose untilted upper bounds are at or below every wide row's floor is not composed
+    again, its upper bounds standing; otherwise it is composed tilted for both bounds.
 
     Each phase is truncated as in the whole plan's discretisation, tail / (10 x all the
     plan's steps) a step (discretise_all divides by the steps it is given): at
