@@ -728,6 +728,7 @@ def refine(
     tilted = False
     budget = None
     upper_options: dict = {"exponents": exponents}  # how the upper chain was last composed
+    gave_up = False  # the probe's tilted evaluation passed a named limit
     if tilt is not None and math.isfinite(low):
         tilt_at, floor, level = tilt(low, high)
         if roundoff_in_delta(evaluation, floor) > _ROUNDOFF_SHARE * relative_accuracy * level:
@@ -745,20 +746,30 @@ def refine(
                     if not math.isfinite(high):
                         break
                     tilt_at, floor, _ = tilt(low, high)
-                tilted_evaluation = _evaluate_chains(
-                    components,
-                    step,
-                    tail,
-                    staged,
-                    upper_step,
-                    settled=settled,
-                    tilt_at=tilt_at,
-                    floor=floor,
-                    tilt_budget=budget,
-                    exponents=probe_exponents,
-                    cache=probe_measures,
-                    chunks=_EARLY_CHUNKS if early_tilt else ChunkOptions(),
-                )
+                try:
+                    tilted_evaluation = _evaluate_chains(
+                        components,
+                        step,
+                        tail,
+                        staged,
+                        upper_step,
+                        settled=settled,
+                        tilt_at=tilt_at,
+                        floor=floor,
+                        tilt_budget=budget,
+                        exponents=probe_exponents,
+                        cache=probe_measures,
+                        chunks=_EARLY_CHUNKS if early_tilt else ChunkOptions(),
+                    )
+                except LimitError:
+                    # a tilted window past a named limit (sigma = 1.18, q = 1.1e-9, T = 22
+                    # at delta = 1.8e-267 asked for 2.6e8 points, and the call, answered
+                    # [0, 10.61] before, raised): the certified bracket reached stands, as
+                    # where a finer grid passes a limit in the rounds below, which would
+                    # only meet the untilted round-off again
+                    tilted = tilted and again > 0
+                    gave_up = True
+                    break
                 upper_options = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": budget, "exponents": probe_exponents}
                 evaluation = _tighter(evaluation, tilted_evaluation, delta)
                 tilted_low, tilted_high = bounds_of(evaluation)
@@ -790,7 +801,7 @@ def refine(
     smallest_tail = _TAIL_FLOOR * tail
     last_direct: tuple[float, int] | None = None  # (step, points) of the direct grid staged from
     last_resort_taken = False  # finer chunk grids for a law without atoms, once (below)
-    while refinements < (0 if fixed else max_refinements):
+    while refinements < (0 if fixed or gave_up else max_refinements):
         width = high - low
         if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:
             break

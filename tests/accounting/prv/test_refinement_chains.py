@@ -12,7 +12,7 @@ import warnings
 import pytest
 
 from dpforge.accounting import epsilon
-from dpforge.errors import DpforgeAccuracyWarning
+from dpforge.errors import DpforgeAccuracyWarning, LimitError
 from dpforge.mechanisms import Composed, Gaussian, Laplace, PoissonSampled
 from dpforge.mechanisms.combinators import flatten
 
@@ -413,3 +413,32 @@ def test_a_staged_probe_composes_the_upper_chain_on_one_grid_where_the_measured_
         warnings.simplefilter("ignore", DpforgeAccuracyWarning)
         fixed = epsilon(description, 1e-5, step=5e-5)
     assert fixed.lower <= result.upper and result.lower <= fixed.upper
+
+
+def test_a_tilted_probe_past_a_named_limit_leaves_the_certified_bracket_flagged(monkeypatch):
+    """sigma = 1.18, q = 1.1e-9, T = 22 at delta = 1.8e-267 (the domain sweep): the probe's
+    tilted evaluation asked for a window of 2.6e8 points and its LimitError ended the
+    call, where it had answered [0, 10.61] (flagged).  Such a failure (forced here, at
+    delta = 1e-12, where the probe tilts) now leaves the untilted probe's certified
+    bracket, marked short with a warning, and refines no further; it overlaps the
+    bracket of the call that tilts."""
+    description = Composed([(PoissonSampled(Gaussian(1.1), 0.004), 1000)])
+    tilted = epsilon(description, 1e-12)
+    assert tilted.accuracy["tilted"]
+    original = evaluate_module._evaluate_chains
+    calls = []
+
+    def failing(components, step, tail, staged, upper_step, **options):
+        calls.append(options.get("tilt_at"))
+        if options.get("tilt_at") is not None:
+            raise LimitError("the FFT window of the composition needs 2.61e+08 grid points (test)")
+        return original(components, step, tail, staged, upper_step, **options)
+
+    monkeypatch.setattr(evaluate_module, "_evaluate_chains", failing)
+    with pytest.warns(DpforgeAccuracyWarning, match="relative width"):
+        result = epsilon(description, 1e-12)
+    assert calls == [None, calls[1]] and calls[1] is not None  # the probe, its tilted try
+    assert not result.accuracy["reached"] and not result.accuracy["tilted"]
+    assert result.accuracy["refinements"] == 0
+    assert result.lower <= tilted.upper and tilted.lower <= result.upper
+    assert result.upper - result.lower > tilted.upper - tilted.lower
