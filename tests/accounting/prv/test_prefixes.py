@@ -267,6 +267,16 @@ def test_tilted_rows_past_the_memory_budget_leave_the_untilted_rows_marked(monke
     assert all(row.lower <= row.upper for row in rows)
 
 
+def _rows_not_refined_alone(monkeypatch):
+    """The prefixes module, with rows wider than asked left as the pass gives them (none
+    refined on its own)."""
+    import importlib
+
+    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    return prefixes
+
+
 def _family(phases: int):
     return [Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / (phases - 1)), 0.01), 10)]) for i in range(phases)]
 
@@ -284,26 +294,28 @@ def _recorded_passes(monkeypatch, prefixes):
     return passes
 
 
+def _named(passes) -> list[str]:
+    """Each recorded pass as 'direction kinds' (l: lower, u: upper), ' tilted' when it is."""
+    return [f"{direction} {''.join(kind[0] for kind in kinds)}{' tilted' if tilted else ''}" for direction, kinds, _, tilted in passes]
+
+
 def test_a_dominated_direction_is_bounded_on_a_coarse_grid_alone(monkeypatch):
     """A row's eps is the larger of its two directions', and the verify family's add
     direction lies far below its remove one (row 49 of 100 at 1e-5: 1.09 against 1.86):
     its rows are bounded from above on a grid 4x coarser, with no lower chain, and every
     row comes out as it does with both directions composed at the step for both bounds
     (certified either way; here not one bound moves)."""
-    import importlib
-
-    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
-    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    prefixes = _rows_not_refined_alone(monkeypatch)
     parts = _family(30)
     passes = _recorded_passes(monkeypatch, prefixes)
     rows = epsilon_prefixes(parts, 1e-5)
     step = rows[-1].accuracy["grid_step"]
-    assert [(direction, kinds) for direction, kinds, _, _ in passes] == [("remove", ("lower", "upper")), ("add", ("upper",))]
+    assert _named(passes) == ["remove lu", "add u"]
     assert passes[1][2] == pytest.approx(prefixes._COARSE_FACTOR * step) and prefixes._COARSE_FACTOR > 1
     monkeypatch.setattr(prefixes, "_COARSE_FACTOR", 1)
     passes.clear()
     both = epsilon_prefixes(parts, 1e-5)
-    assert [kinds for _, kinds, _, _ in passes] == [("lower", "upper")] * 2
+    assert _named(passes) == ["remove lu", "add lu"]
     assert [(row.lower, row.upper) for row in rows] == [(row.lower, row.upper) for row in both]
     assert all(row.accuracy["reached"] for row in rows)
 
@@ -313,17 +325,13 @@ def test_rows_do_not_depend_on_which_direction_comes_first(monkeypatch):
     its coarse upper bounds lie above the rows' lower bounds and would widen them, so it
     is composed at the step for both bounds, and every row comes out as in the usual
     order."""
-    import importlib
-
-    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
-    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    prefixes = _rows_not_refined_alone(monkeypatch)
     parts = _family(20)
     usual = epsilon_prefixes(parts, 1e-5)
     passes = _recorded_passes(monkeypatch, prefixes)
     monkeypatch.setattr(prefixes, "directions_for", lambda whole: ("add", "remove"))
     reversed_rows = epsilon_prefixes(parts, 1e-5)
-    kinds = [(direction, kinds) for direction, kinds, _, _ in passes]
-    assert kinds == [("add", ("lower", "upper")), ("remove", ("upper",)), ("remove", ("lower", "upper"))]
+    assert _named(passes) == ["add lu", "remove u", "remove lu"]
     assert [(row.lower, row.upper) for row in reversed_rows] == [(row.lower, row.upper) for row in usual]
 
 
@@ -333,15 +341,11 @@ def test_a_direction_dominated_at_every_wide_row_is_not_tilted_again(monkeypatch
     and the tilted pass composes only the remove direction: the add direction's coarse
     upper bounds lie below every wide row's floor, so they stand, and every row still
     reaches the 1e-3 asked and overlaps a fresh certified bracket."""
-    import importlib
-
-    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
-    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    prefixes = _rows_not_refined_alone(monkeypatch)
     parts = _family(20)
     passes = _recorded_passes(monkeypatch, prefixes)
     rows = epsilon_prefixes(parts, 1e-12)
-    kinds = [(direction, kinds, tilted) for direction, kinds, _, tilted in passes]
-    assert kinds == [("remove", ("lower", "upper"), False), ("add", ("upper",), False), ("remove", ("lower", "upper"), True)]
+    assert _named(passes) == ["remove lu", "add u", "remove lu tilted"]
     monkeypatch.setattr(prefixes, "_COARSE_FACTOR", 1)
     both = epsilon_prefixes(parts, 1e-12)
     assert [(row.lower, row.upper) for row in rows] == [(row.lower, row.upper) for row in both]
@@ -366,19 +370,11 @@ def test_a_direction_the_coarse_grid_leaves_open_is_tilted_again(monkeypatch):
     direction's coarse upper bounds lie above some wide row's floor, so the tilted pass
     composes it for both bounds as well, and every row reaches the 1e-3 asked and
     overlaps a fresh certified bracket."""
-    import importlib
-
-    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
-    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    prefixes = _rows_not_refined_alone(monkeypatch)
     parts = _mixed_rates()
     passes = _recorded_passes(monkeypatch, prefixes)
     rows = epsilon_prefixes(parts, 1e-13)
-    assert [(direction, kinds, tilted) for direction, kinds, _, tilted in passes] == [
-        ("remove", ("lower", "upper"), False),
-        ("add", ("upper",), False),
-        ("remove", ("lower", "upper"), True),
-        ("add", ("lower", "upper"), True),
-    ]
+    assert _named(passes) == ["remove lu", "add u", "remove lu tilted", "add lu tilted"]
     assert all(row.accuracy["reached"] for row in rows), [row.accuracy["achieved"] for row in rows]
     for index in (0, 7, 16, 22):
         fresh = epsilon(Composed([part for description in parts[: index + 1] for part in description.parts]), 1e-13)
@@ -390,21 +386,13 @@ def test_rows_left_to_a_tilted_pass_that_fails_are_composed_at_the_step(monkeypa
     set, to the tilted pass (the mixed phases at 1e-13 above); where that pass finds no
     tilt (forced here), the untilted rows are composed again with both directions at the
     step, and come out as they do without the coarse pass (certified, marked as short)."""
-    import importlib
-
-    prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
-    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
+    prefixes = _rows_not_refined_alone(monkeypatch)
     monkeypatch.setattr(prefixes, "_rows_tilt", lambda measures, tilt, floors: 0.0)
     parts = _mixed_rates()
     passes = _recorded_passes(monkeypatch, prefixes)
     rows = epsilon_prefixes(parts, 1e-13)
-    assert [(direction, kinds, tilted) for direction, kinds, _, tilted in passes] == [
-        ("remove", ("lower", "upper"), False),
-        ("add", ("upper",), False),
-        ("remove", ("lower", "upper"), True),  # no tilt found: None
-        ("remove", ("lower", "upper"), False),
-        ("add", ("lower", "upper"), False),
-    ]
+    # the tilted pass finds no tilt (None), and both directions are composed at the step
+    assert _named(passes) == ["remove lu", "add u", "remove lu tilted", "remove lu", "add lu"]
     assert sum(not row.accuracy["reached"] for row in rows[:-1]) >= 5
     monkeypatch.setattr(prefixes, "_COARSE_FACTOR", 1)
     both = epsilon_prefixes(parts, 1e-13)
