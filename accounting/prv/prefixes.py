@@ -316,8 +316,8 @@ def epsilon_prefixes(
     # the mass outside the windows moves eps)
     step = full.accuracy["grid_step"]
     tail = full.accuracy.get("truncation_tail") or 1e-4 * delta
-    rows, uppers, deferred = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy)
-    rows = _monotone(rows, full.upper)
+    untilted, uppers, deferred = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy)
+    rows = _monotone(untilted, full.upper)
     wide = [index for index, (low, high) in enumerate(rows) if _is_wide(low, high, relative_accuracy)]
     if wide and delta < _TILT_ROWS_BELOW:
         # at tiny delta the untilted rows' round-off allowance sets their width (100
@@ -332,9 +332,9 @@ def epsilon_prefixes(
             rows = [(max(low, tilted_low), min(high, tilted_high)) for (low, high), (tilted_low, tilted_high) in zip(rows, tilted[0])]
             rows = _monotone(rows, full.upper)
         elif deferred:
-            # the rows a coarse direction left to the tilted pass are composed at the step
+            # the directions that left rows to the tilted pass are composed at the step
             # instead, as without the coarse pass: the untilted rows stand as they were
-            rows, _, _ = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy, coarse=False)
+            rows = _with_directions_at_the_step(groups, whole, delta, step, tail, memory_budget_bytes, untilted, uppers, deferred)
             rows = _monotone(rows, full.upper)
     # a row wider than asked is refined on its own when there are few such rows: a plan's
     # short first phases have a small eps, which the whole plan's grid resolves less
@@ -414,11 +414,10 @@ def _prefix_rows(
     memory_budget_bytes: float | None,
     relative_accuracy: float = 1e-3,
     tilt: _RowTilt | None = None,
-    coarse: bool = True,
-) -> tuple[list[tuple[float, float]], dict[str, list[float]], bool] | None:
+) -> tuple[list[tuple[float, float]], dict[str, list[float]], tuple[str, ...]] | None:
     """(every row's certified (lower, upper) eps(delta) but the last, each direction's
-    certified upper bounds on its rows, whether a coarse direction left a row it may set
-    to the tilted pass) from one prefix composition a bound kind and direction at the
+    certified upper bounds on its rows, the coarse directions that left a row they may
+    set to the tilted pass) from one prefix composition a bound kind and direction at the
     whole plan's ``step``; with ``tilt``, composed tilted (:func:`compose_prefixes`) at
     one tilt a direction (:func:`_rows_tilt`), or None where no tilt fits the rows.
 
@@ -434,8 +433,8 @@ def _prefix_rows(
     add direction lies far below its remove one (100 phases at 1e-5: row 49 at 1.09
     against 1.86).  Otherwise the direction is composed at the step as the first.
     Below ``_TILT_ROWS_BELOW`` a row already wider than asked without the direction
-    does not count (the tilted pass takes it; where that pass fails, the rows are
-    composed again with ``coarse`` off, as without this pass).  Tilted, a direction
+    does not count (the tilted pass takes it; where that pass fails, such a direction is
+    composed at the step: :func:`_with_directions_at_the_step`).  Tilted, a direction
     whose untilted upper bounds are at or below every wide row's floor is not composed
     again, its upper bounds standing; otherwise it is composed tilted for both bounds.
 
@@ -450,11 +449,11 @@ def _prefix_rows(
     floors = [low for low, _ in tilt.rows[:count]] if tilt is not None else [0.0] * count
     lows, highs = list(floors), [0.0] * count
     uppers: dict[str, list[float]] = {}
-    deferred = False
+    deferred: tuple[str, ...] = ()
     with memory_budget(memory_budget_bytes):
         for order, direction in enumerate(directions_for(whole)):
             direction_step = atom_aligned_step(whole, direction, step)
-            if order > 0 and tilt is None and coarse and _COARSE_FACTOR > 1:
+            if order > 0 and tilt is None and _COARSE_FACTOR > 1:
                 coarse_step = atom_aligned_step(whole, direction, _COARSE_FACTOR * step)
                 _, bounds = _direction_rows(groups, whole, direction, ("upper",), coarse_step, tail, delta, lows)
                 merged = [max(high, bound) for high, bound in zip(highs, bounds)]
@@ -468,7 +467,8 @@ def _prefix_rows(
                 left = [tilting and _is_wide(low, high, relative_accuracy) for low, high in zip(lows, highs)]
                 if not any(may and not later for may, later in zip(settable, left)):
                     uppers[direction], highs = bounds, merged
-                    deferred = deferred or any(may and later for may, later in zip(settable, left))
+                    if any(may and later for may, later in zip(settable, left)):
+                        deferred += (direction,)
                     continue
             known = tilt.uppers.get(direction) if tilt is not None and order > 0 else None
             if known is not None and all(known[index] <= floors[index] for index in tilt.wide):
@@ -481,6 +481,34 @@ def _prefix_rows(
             lows = [max(low, bound) for low, bound in zip(lows, direction_lows)]
             highs = [max(high, bound) for high, bound in zip(highs, uppers[direction])]
     return list(zip(lows, highs)), uppers, deferred
+
+
+def _with_directions_at_the_step(
+    groups: Sequence[Sequence[Component]],
+    whole: Sequence[Component],
+    delta: float,
+    step: float,
+    tail: float,
+    memory_budget_bytes: float | None,
+    rows: Sequence[tuple[float, float]],
+    uppers: dict[str, list[float]],
+    directions: Sequence[str],
+) -> list[tuple[float, float]]:
+    """The untilted ``rows`` (as :func:`_prefix_rows` gave them, with each direction's
+    upper bounds ``uppers``) with each of ``directions`` composed at the step for both
+    bounds in place of its coarse upper bounds: the rows :func:`_prefix_rows` gives
+    without the coarse pass, without composing the other directions again."""
+    count = len(groups) - 1
+    lows = [low for low, _ in rows]
+    uppers = dict(uppers)
+    with memory_budget(memory_budget_bytes):
+        for direction in directions:
+            direction_step = atom_aligned_step(whole, direction, step)
+            found = _direction_rows(groups, whole, direction, ("lower", "upper"), direction_step, tail, delta, [0.0] * count)
+            direction_lows, uppers[direction] = found
+            lows = [max(low, bound) for low, bound in zip(lows, direction_lows)]
+    highs = [max(bounds) for bounds in zip(*uppers.values())]
+    return list(zip(lows, highs))
 
 
 def _is_wide(low: float, high: float, relative_accuracy: float) -> bool:

@@ -384,15 +384,16 @@ def test_a_direction_the_coarse_grid_leaves_open_is_tilted_again(monkeypatch):
 def test_rows_left_to_a_tilted_pass_that_fails_are_composed_at_the_step(monkeypatch):
     """Below delta = 1e-8 the coarse add direction leaves rows already wide, which it may
     set, to the tilted pass (the mixed phases at 1e-13 above); where that pass finds no
-    tilt (forced here), the untilted rows are composed again with both directions at the
-    step, and come out as they do without the coarse pass (certified, marked as short)."""
+    tilt (forced here), that direction is composed at the step for both bounds, and the
+    rows come out as they do without the coarse pass (certified, marked as short)."""
     prefixes = _rows_not_refined_alone(monkeypatch)
     monkeypatch.setattr(prefixes, "_rows_tilt", lambda measures, tilt, floors: 0.0)
     parts = _mixed_rates()
     passes = _recorded_passes(monkeypatch, prefixes)
     rows = epsilon_prefixes(parts, 1e-13)
-    # the tilted pass finds no tilt (None), and both directions are composed at the step
-    assert _named(passes) == ["remove lu", "add u", "remove lu tilted", "remove lu", "add lu"]
+    # the tilted pass finds no tilt (None), and the add direction is composed at the step
+    # (the remove direction's rows are kept, not composed again)
+    assert _named(passes) == ["remove lu", "add u", "remove lu tilted", "add lu"]
     assert sum(not row.accuracy["reached"] for row in rows[:-1]) >= 5
     monkeypatch.setattr(prefixes, "_COARSE_FACTOR", 1)
     both = epsilon_prefixes(parts, 1e-13)
