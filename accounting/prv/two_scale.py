@@ -313,36 +313,30 @@ def _log_binomial(chunk: int, k: int) -> float:
     return float(special.gammaln(chunk + 1) - special.gammaln(k + 1) - special.gammaln(chunk - k + 1))
 
 
-def _tilted_logs(measure: GridMeasure, theta: float) -> tuple[np.ndarray, float]:
-    """(log m_j + theta (first + j) step for the measure's entries, their largest: -inf
-    for an empty measure) (:func:`_tilted_row`; theta > 0)."""
-    with np.errstate(divide="ignore"):
-        logs = np.log(measure.masses) + theta * ((measure.first_index + np.arange(measure.masses.size)) * measure.step)
-    return logs, float(np.max(logs)) if logs.size else -math.inf
-
-
-def _row_top(measure: GridMeasure, theta: float) -> float:
-    """The ``top`` :func:`_tilted_row` gives, without forming the row."""
+def _scaled_entries(measure: GridMeasure, theta: float) -> tuple[np.ndarray | None, float]:
+    """(m_j e^{theta (first + j) step - top} for the measure's entries, top): top is the
+    largest log, so the largest entry is 1 (None and -inf for an empty measure)."""
     if theta == 0.0:
         peak = float(np.max(measure.masses)) if measure.masses.size else 0.0
-        return math.log(peak) if peak > 0.0 else -math.inf
-    return _tilted_logs(measure, theta)[1]
+        return (measure.masses / peak, math.log(peak)) if peak > 0.0 else (None, -math.inf)
+    with np.errstate(divide="ignore"):
+        logs = np.log(measure.masses) + theta * ((measure.first_index + np.arange(measure.masses.size)) * measure.step)
+    top = float(np.max(logs)) if logs.size else -math.inf
+    return (np.exp(logs - top), top) if math.isfinite(top) else (None, top)
+
+
+def _placed(entries: np.ndarray | None, size: int, offset: int) -> np.ndarray:
+    """A row of ``size`` holding ``entries`` from ``offset`` (zeros where None)."""
+    row = np.zeros(size)
+    if entries is not None:
+        row[offset : offset + entries.size] = entries
+    return row
 
 
 def _tilted_row(measure: GridMeasure, theta: float, size: int, offset: int) -> tuple[np.ndarray, float]:
-    """(a row of ``size`` with m_j e^{theta (first + j) step - top} from ``offset``, top):
-    top is the largest log, so the row's largest entry is 1 (an empty measure gives a zero
-    row and top -inf)."""
-    row = np.zeros(size)
-    if theta == 0.0:
-        peak = float(np.max(measure.masses)) if measure.masses.size else 0.0
-        if peak > 0.0:
-            row[offset : offset + measure.masses.size] = measure.masses / peak
-        return row, math.log(peak) if peak > 0.0 else -math.inf
-    logs, top = _tilted_logs(measure, theta)
-    if math.isfinite(top):
-        row[offset : offset + measure.masses.size] = np.exp(logs - top)
-    return row, top
+    """(a row of ``size`` with the measure's :func:`_scaled_entries` from ``offset``, top)."""
+    entries, top = _scaled_entries(measure, theta)
+    return _placed(entries, size, offset), top
 
 
 def _summed(
@@ -357,10 +351,12 @@ def _summed(
     rest_row, rest_top = _tilted_row(rest, theta, size, 0)
     rest_spectrum = sp_fft.rfft(rest_row)
     del rest_row
-    # each term's row is formed, transformed and added in turn (the scale from the
-    # terms' largest entries first), so the window holds a few rows whatever the number
-    # of terms (all of them together took 9 of S1's 21 MB here)
-    logs = [_log_binomial(chunk, k) + _row_top(coarse[k], theta) + k * rest_top for k in range(terms + 1)]
+    # each term's row is placed on the window, transformed and added in turn (the scale
+    # from the terms' largest entries first), so the window holds a few rows whatever the
+    # number of terms (all of them together took 9 of S1's 21 MB here); only the terms'
+    # own entries are held
+    scaled = [_scaled_entries(coarse[k], theta) for k in range(terms + 1)]
+    logs = [_log_binomial(chunk, k) + top + k * rest_top for k, (_, top) in enumerate(scaled)]
     scale = max(value for value in logs if math.isfinite(value))
     total = np.zeros(size // 2 + 1, dtype=complex)
     power = np.ones(size // 2 + 1, dtype=complex)
@@ -368,7 +364,7 @@ def _summed(
         if k > 0:
             power *= rest_spectrum
         if math.isfinite(logs[k]):
-            row, _ = _tilted_row(coarse[k], theta, size, coarse[k].first_index + k * rest.first_index - first)
+            row = _placed(scaled[k][0], size, coarse[k].first_index + k * rest.first_index - first)
             spectrum = sp_fft.rfft(row)
             del row
             spectrum *= math.exp(logs[k] - scale)
