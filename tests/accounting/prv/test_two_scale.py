@@ -210,7 +210,7 @@ def test_tilted_sum_of_products_is_below_the_exact_sum_and_keeps_rare_entries():
 
 
 def test_sum_of_products_holds_a_few_windows_whatever_the_number_of_terms():
-    """Each term's row is formed, transformed and added in turn: 16 terms peak at about 5
+    """Each term's row is formed, transformed and added in turn: 16 terms peak at about 6
     windows of traced memory (holding every row and its transform's temporaries, as
     before, took 24), and the sum is still the exact one to the allowance."""
     import tracemalloc
