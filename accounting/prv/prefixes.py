@@ -374,7 +374,7 @@ def epsilon_prefixes(
                     "achieved": (high - low) / high if high > 0 else 0.0,
                     # as the engine's own results say it (a row wider than asked is not
                     # silent: verify_plan also counts such rows in a warning)
-                    "reached": high <= 0 or (math.isfinite(high) and high - low <= relative_accuracy * high),
+                    "reached": not _is_wide(low, high, relative_accuracy),
                     "grid_step": step,
                     "prefix_product": True,
                     # refined on its own as well (its bracket intersected with the table's)
