@@ -316,7 +316,8 @@ def epsilon_prefixes(
     # the mass outside the windows moves eps)
     step = full.accuracy["grid_step"]
     tail = full.accuracy.get("truncation_tail") or 1e-4 * delta
-    untilted, uppers, deferred = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy)
+    table = _Table(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy)
+    untilted, uppers, deferred = _prefix_rows(table)
     rows = _monotone(untilted, full.upper)
     wide = [index for index, (low, high) in enumerate(rows) if _is_wide(low, high, relative_accuracy)]
     if wide and delta < _TILT_ROWS_BELOW:
@@ -325,7 +326,7 @@ def epsilon_prefixes(
         # their certified lower bounds up, and keep the intersection of the brackets
         try:
             row_tilt = _RowTilt(rows, wide, relative_accuracy * delta * _TILT_BUDGET, uppers)
-            tilted = _prefix_rows(groups, whole, delta, step, tail, memory_budget_bytes, relative_accuracy, tilt=row_tilt)
+            tilted = _prefix_rows(table, tilt=row_tilt)
         except LimitError:  # a tilted window past a named limit: the untilted rows stand, marked
             tilted = None
         if tilted is not None:
@@ -334,7 +335,7 @@ def epsilon_prefixes(
         elif deferred:
             # the directions that left rows to the tilted pass are composed at the step
             # instead, as without the coarse pass: the untilted rows stand as they were
-            rows = _with_directions_at_the_step(groups, whole, delta, step, tail, memory_budget_bytes, untilted, uppers, deferred)
+            rows = _with_directions_at_the_step(table, untilted, uppers, deferred)
             rows = _monotone(rows, full.upper)
     # a row wider than asked is refined on its own when there are few such rows: a plan's
     # short first phases have a small eps, which the whole plan's grid resolves less
@@ -405,15 +406,23 @@ class _RowTilt:
 _COARSE_FACTOR = 4
 
 
+@dataclass(frozen=True)
+class _Table:
+    """What every prefix pass of one table reads: the plan's phases (``groups``, their
+    components flattened in ``whole``), the delta asked, the whole plan's grid ``step``
+    and truncation ``tail``, the memory budget and the width asked."""
+
+    groups: Sequence[Sequence[Component]]
+    whole: Sequence[Component]
+    delta: float
+    step: float
+    tail: float
+    memory_budget_bytes: float | None
+    relative_accuracy: float
+
+
 def _prefix_rows(
-    groups: Sequence[Sequence[Component]],
-    whole: Sequence[Component],
-    delta: float,
-    step: float,
-    tail: float,
-    memory_budget_bytes: float | None,
-    relative_accuracy: float = 1e-3,
-    tilt: _RowTilt | None = None,
+    table: _Table, tilt: _RowTilt | None = None
 ) -> tuple[list[tuple[float, float]], dict[str, list[float]], tuple[str, ...]] | None:
     """(every row's certified (lower, upper) eps(delta) but the last, each direction's
     certified upper bounds on its rows, the coarse directions that left a row they may
@@ -445,12 +454,14 @@ def _prefix_rows(
     against 6.68562 refined), 132 rows wider than asked.  The cells stay uniform: graded
     ones sized for the whole plan's eps were 26 % faster but left the early rows up to
     8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4)."""
+    groups, whole, delta, step, tail = table.groups, table.whole, table.delta, table.step, table.tail
+    relative_accuracy = table.relative_accuracy
     count = len(groups) - 1
     floors = [low for low, _ in tilt.rows[:count]] if tilt is not None else [0.0] * count
     lows, highs = list(floors), [0.0] * count
     uppers: dict[str, list[float]] = {}
     deferred: tuple[str, ...] = ()
-    with memory_budget(memory_budget_bytes):
+    with memory_budget(table.memory_budget_bytes):
         for order, direction in enumerate(directions_for(whole)):
             direction_step = atom_aligned_step(whole, direction, step)
             if order > 0 and tilt is None and _COARSE_FACTOR > 1:
@@ -484,27 +495,21 @@ def _prefix_rows(
 
 
 def _with_directions_at_the_step(
-    groups: Sequence[Sequence[Component]],
-    whole: Sequence[Component],
-    delta: float,
-    step: float,
-    tail: float,
-    memory_budget_bytes: float | None,
-    rows: Sequence[tuple[float, float]],
-    uppers: dict[str, list[float]],
-    directions: Sequence[str],
+    table: _Table, rows: Sequence[tuple[float, float]], uppers: dict[str, list[float]], directions: Sequence[str]
 ) -> list[tuple[float, float]]:
     """The untilted ``rows`` (as :func:`_prefix_rows` gave them, with each direction's
     upper bounds ``uppers``) with each of ``directions`` composed at the step for both
     bounds in place of its coarse upper bounds: the rows :func:`_prefix_rows` gives
     without the coarse pass, without composing the other directions again."""
-    count = len(groups) - 1
+    count = len(table.groups) - 1
     lows = [low for low, _ in rows]
     uppers = dict(uppers)
-    with memory_budget(memory_budget_bytes):
+    with memory_budget(table.memory_budget_bytes):
         for direction in directions:
-            direction_step = atom_aligned_step(whole, direction, step)
-            found = _direction_rows(groups, whole, direction, ("lower", "upper"), direction_step, tail, delta, [0.0] * count)
+            direction_step = atom_aligned_step(table.whole, direction, table.step)
+            found = _direction_rows(
+                table.groups, table.whole, direction, ("lower", "upper"), direction_step, table.tail, table.delta, [0.0] * count
+            )
             direction_lows, uppers[direction] = found
             lows = [max(low, bound) for low, bound in zip(lows, direction_lows)]
     highs = [max(bounds) for bounds in zip(*uppers.values())]
