@@ -463,6 +463,11 @@ _TAIL_FLOOR = 1e-8
 #: lower chain's chunks set the staging, not this grid; sigma = 1, q = 1e-6, T = 1e5 at
 #: delta = 1e-15 converges at second order, 0.0029548 at 2^20 points, 0.0029521 at 2^21)
 _UPPER_LIMIT = 2 * _DIRECT_LIMIT
+#: ... while a finer grid can still cut its step by this factor or more (its error by
+#: the square).  It was 2: sigma = 0.3, q = 1e-5, T = 1e7 at delta = 1e-10, its upper
+#: chain on 1.15M points from the probe, never refined it and stopped 1.02e-3 wide; on
+#: 2M points (step x 0.55) it meets the width
+_UPPER_ROOM = 1.5
 #: grid steps per robust one-step spread (:func:`.components.bulk_spread`) at which a
 #: stalled refinement stops before the step model's jump
 _RESOLVED_CELLS = 4.0
@@ -550,11 +555,12 @@ def refine(
     model) until that stops gaining a quarter of the width.  Every direction keeps its
     tightest certified profiles across the evaluations (:func:`_tighter`).  A round that
     gained little stops at a quarter of the narrowest one-step bulk before the step
-    model's jump past it (``_RESOLVED_CELLS``).  Where the probe staged both chains (the
-    spread model priced one grid over the limit), a law without atoms has its upper
-    chain composed on one grid sized by the window the staged evaluation measured, at
-    the first round, and refined there; at a tilted evaluation still short of the width
-    at the end, that chain is composed once more, tilted at the bracket reached.
+    model's jump past it (``_RESOLVED_CELLS``).  Where the probe would stage both chains
+    (the spread model priced one grid over the limit), a law without atoms has its upper
+    chain composed on the finest single grid that holds the window the staged lower
+    chain measured (at the first round, where that grid passes a named limit at the
+    probe), and refined there; at a tilted evaluation still short of the width at the
+    end, that chain is composed once more, tilted at the bracket reached.
 
     For an epsilon query, the truncation tail is cut (to ``_TAIL_AIM`` of the width asked
     for, at most 1e-4x a round and 1e-8x in all) whenever the mass it leaves outside the
@@ -705,17 +711,25 @@ def refine(
         # measures the window, and where one grid at half the error model's step holds it
         # the upper chain is composed there, as when the model prices it right, instead
         # of in staged chunks (sigma = 0.6, q = 1e-5, T = 1e7 at delta = 1e-10: the
-        # staged upper chain's chunks took 9 of the call's 11 s)
+        # staged upper chain's chunks took 9 of the call's 11 s).  Where it does not
+        # hold it, the upper chain goes on the finest single grid that does (2^20
+        # points), even one coarser than the staged step: connect the dots is certified
+        # at any step, the rounds below refine that chain, and the staged upper chain it
+        # replaces took 6-13 s that the first round then superseded with a single grid
+        # of 0.1-0.2 s (sigma = 0.3, q = 1e-6, T = 1e7 at delta = 1e-5, 1e-10 and 1e-15;
+        # q = 1e-4 at 1e-5: 12.2 s of 14.3).  Where the staged upper chain was cheap,
+        # the single grid costs more and is tighter (eps near 157,000: 0.06 s -> 0.28 s,
+        # 4.5e-4 -> 3.5e-4 wide)
         staged_lower = evaluate(components, step, tail, kinds=("lower",), staged=True, exponents=exponents, cache=probe_measures)
         span = max(profile.grid_size for profile in staged_lower.lower) * step
         upper = None
-        direct_upper_tried = True  # (or at the first round, below, on the finest grid that fits)
-        if span / min(0.5 * model_step, step) <= _DIRECT_LIMIT:
-            try:
-                upper = evaluate(components, min(0.5 * model_step, step), tail, kinds=("upper",), exponents=exponents, cache=probe_measures)
-                upper_step = min(0.5 * model_step, step)
-            except LimitError:
-                upper = None
+        direct_upper_tried = True
+        direct_step = max(min(0.5 * model_step, step), span / _DIRECT_LIMIT)
+        try:
+            upper = evaluate(components, direct_step, tail, kinds=("upper",), exponents=exponents, cache=probe_measures)
+            upper_step = direct_step
+        except LimitError:
+            upper = None
         if upper is None:
             direct_upper_tried = False
             upper = evaluate(components, step, tail, kinds=("upper",), staged=True, exponents=exponents, cache=probe_measures)
@@ -814,10 +828,11 @@ def refine(
             if effect > _TAIL_SHARE * goal:
                 tail = max(tail * max(_TAIL_AIM * goal / effect, 1e-4), smallest_tail)
         if staged and upper_step is None and not direct_upper_tried and not any(with_atoms):
-            # both chains staged: the spread model (20 standard deviations of the composed
-            # law) priced a single grid at the error model's step over the limit, but a law
-            # of rare heavy hits has a far narrower window than its variance says, and the
-            # staged evaluation just made measured it.  Connect the dots needs no staging,
+            # both chains staged (the probe's single upper grid passed a named limit): the
+            # spread model (20 standard deviations of the composed law) priced a single
+            # grid at the error model's step over the limit, but a law of rare heavy hits
+            # has a far narrower window than its variance says, and the staged evaluation
+            # just made measured it.  Connect the dots needs no staging,
             # so the upper chain is composed once on one grid, at the error model's step
             # where the measured window fits and at the finest that does otherwise, and
             # refined there from now on (sigma = 0.6, q = 1e-4, T = 1e7 at delta = 1e-12:
@@ -871,7 +886,7 @@ def refine(
                     high = min(high, bounds_of(evaluation)[1])
                     if high - low <= relative_accuracy * high:
                         continue  # met: the loop's test stops
-            if upper_open and upper_first and upper_step is not None and 2 * upper_grid <= _UPPER_LIMIT:
+            if upper_open and upper_first and upper_step is not None and _UPPER_ROOM * upper_grid <= _UPPER_LIMIT:
                 factor = min(max(_step_factor(relative_accuracy * high, width, upper_step, upper_history), 0.125), 0.5)
                 upper_history.append((upper_step, width))
                 upper_step *= max(factor, upper_grid / _UPPER_LIMIT)

@@ -364,16 +364,50 @@ def test_both_chains_staged_compose_the_upper_chain_on_one_grid(sigma, rate, tar
 
 
 @pytest.mark.slow
-def test_a_single_grid_upper_chain_short_of_the_width_is_aimed_again(monkeypatch):
-    """sigma = 0.3, q = 1e-6, T = 1e7 at delta = 1e-15: the single-grid upper chain taken
-    where both chains were staged was tilted at the middle of the staged bracket
-    [24.7, 64.3], far above eps, and stopped at 25.90 against a lower end of 24.87 (4 %
-    wide).  Short of the width, it is composed once more, tilted at the middle of the
-    bracket reached and kept from its lower end: the width is met.  Cross-check: RDP's
+def test_a_probe_whose_window_needs_a_coarser_grid_composes_no_staged_upper_chain(monkeypatch):
+    """sigma = 0.3, q = 1e-6, T = 1e7 at delta = 1e-10: the window the staged lower chain
+    measured did not fit one grid at half the error model's step, so the probe staged the
+    upper chain as well (12.8 s of the call's 21.6 s), which the first round then
+    superseded with a single grid of 0.2 s.  The probe now composes the upper chain on the
+    finest single grid that holds the window, and no staged upper chain is built.
+    Cross-checks: the bracket overlaps a fixed grid's certified one, and RDP's certified
     upper bound lies above it."""
     description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-10)
+    assert records[0]["staged"] and records[0]["kinds"] == ("lower",)
+    assert records[1]["kinds"] == ("upper",) and not records[1].get("staged") and records[1].get("tilt_at") is None
+    assert not any(record.get("staged") and "upper" in record["kinds"] for record in records)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, 1e-10, step=5e-5)
+    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+@pytest.mark.slow
+def test_a_single_grid_upper_chain_short_of_the_width_is_aimed_again(monkeypatch):
+    """sigma = 0.3, q = 1e-6, T = 1e7 at delta = 1e-15, where the probe's single upper grid
+    passes a named limit (forced here) and the probe stages the upper chain instead: the
+    single-grid upper chain the first round takes was tilted at the middle of the staged
+    bracket [24.7, 64.3], far above eps, and stopped at 25.90 against a lower end of
+    24.87 (4 % wide).  Short of the width, it is composed once more, tilted at the middle
+    of the bracket reached and kept from its lower end: the width is met.  Cross-check:
+    RDP's upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    recording = evaluate_module.evaluate
+    refused = []
+
+    def refusing_the_probe_upper_grid(components, step, tail, kinds=("upper", "lower"), **options):
+        if not refused and tuple(kinds) == ("upper",) and not options.get("staged"):
+            refused.append(step)
+            raise LimitError("the probe's single upper grid (refused by the test)")
+        return recording(components, step, tail, kinds, **options)
+
+    monkeypatch.setattr(evaluate_module, "evaluate", refusing_the_probe_upper_grid)
     result = _meets_the_width(description, 1e-15)
+    assert refused and any(record.get("staged") and record["kinds"] == ("upper",) for record in records)
     upper_chains = [record for record in records if record["kinds"] == ("upper",) and not record.get("staged")]
     assert upper_chains[-1]["tilt_at"] < 0.5 * (upper_chains[0]["tilt_at"] + result.upper)
     assert 24.8 < result.lower and result.upper < 25.0
