@@ -181,6 +181,40 @@ def saddle_exponent(components: Sequence[Component], direction: Direction, tail:
     return high
 
 
+def chernoff_saddle(components: Sequence[Component], direction: Direction, step_tail: float, delta: float) -> float:
+    """The exponent lambda > 0 of the Chernoff bound on the composed loss at ``delta``:
+    where the rate function lambda K'(lambda) - K(lambda) reaches log(1/delta) (K the
+    composed cumulant generating function, read from each step's coarse measure
+    truncated at ``step_tail``, as :func:`saddle_exponent`).  The Chernoff bound
+    eps <= (K(lambda) + log(1/delta)) / lambda is smallest there, and its eps is K'
+    (lambda): the saddle exponent of about the eps that delta asks for, found without
+    knowing that eps.  Bisection (geometric below 1) within ``_SADDLE_SEARCH``; 0 where
+    the rate function stays below log(1/delta) there (the coarse laws, cut at
+    ``step_tail``, hold too little tail to say).  No bound depends on it."""
+    laws = [(_coarse_law(c.privacy_loss_distribution(direction), step_tail), c.count) for c in components]
+    goal = math.log(1.0 / delta)
+
+    def rate(lam: float) -> float:
+        cumulant = mean = 0.0
+        for (x, m), count in laws:
+            with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
+                logs = np.log(m) + lam * x
+            top = float(np.max(logs))
+            weights = np.exp(logs - top)
+            total = float(np.sum(weights))
+            cumulant += count * (top + math.log(total))
+            mean += count * float(np.dot(weights, x)) / total
+        return lam * mean - cumulant
+
+    if not rate(_SADDLE_SEARCH) > goal:
+        return 0.0
+    low, high = 0.0, _SADDLE_SEARCH
+    while high - low > 1e-2 * high:  # the rate function rises with lambda (its slope is lambda K'')
+        middle = 0.5 * (low + high) if high - low > 1.0 else math.sqrt(max(low, 1e-9) * high)
+        low, high = (middle, high) if rate(middle) < goal else (low, middle)
+    return high
+
+
 #: a component of at least this many steps gets its optimistic grid phase searched with
 #: more zoom passes (.discretise._choose_phase): it pays the rounding once per step
 _ZOOM_COUNT = 10_000
@@ -302,10 +336,16 @@ def discretise_all(
     fine_scale: float = 1.0,
     chunk_theta: float = 0.0,
     length_scale: float = 1.0,
+    step_tail: float | None = None,
 ) -> dict[str, list[tuple[GridMeasure, int]]]:
     """Discretise every component for each requested bound kind ('upper', 'lower'), on
-    graded cells when an ``exponent`` (the saddle exponent of the eps asked about, see
-    :func:`.discretise.graded_lattice`) is given.
+    graded cells when an ``exponent`` (the saddle exponent of the eps asked about, or
+    several: see :func:`.discretise.graded_lattice`) is given.
+
+    Each step's law is truncated at ``step_tail`` (default tail / (10 x the components'
+    steps)): a part of a longer composition passes the whole's, so that its laws are cut
+    where the whole's are, to the last bit (:mod:`.prefixes`; the grid phases searched
+    for them are then those already found, :func:`.discretise.lower_measure`).
 
     A component whose one-step loss is narrow compared with ``step`` is first composed
     in chunks of about k steps on a grid fine enough for it (k chosen so that a chunk
@@ -338,7 +378,7 @@ def discretise_all(
         if held:  # the measures so far, each within the budget, also together (.limits)
             check_held(held, "the one-step measures of this description")
         loss = component.privacy_loss_distribution(direction)
-        cut = truncation(loss, tail / (10.0 * total))
+        cut = truncation(loss, tail / (10.0 * total) if step_tail is None else step_tail)
         chunk = 1
         if staged and component.count >= _MIN_CHUNK:
             spread = bulk_spread(loss)

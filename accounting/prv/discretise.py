@@ -29,6 +29,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from typing import Sequence
 
 import numba
 import numpy as np
@@ -435,7 +436,9 @@ GRADE_WIDEST = 64
 GRADE_SHARE = 0.05
 
 
-def graded_lattice(loss: PrivacyLoss, step: float, k_lo: int, k_hi: int, phase: float, exponent: float) -> np.ndarray:
+def graded_lattice(
+    loss: PrivacyLoss, step: float, k_lo: int, k_hi: int, phase: float, exponent: float | Sequence[float]
+) -> np.ndarray:
     """Lattice indices k_lo = k_0 < k_1 < ... = k_hi of cell edges k * step + phase: every
     index where the law carries weight, and only every 2nd, 4th, ... ``GRADE_WIDEST``-th
     one across its thin tails.
@@ -450,22 +453,28 @@ def graded_lattice(loss: PrivacyLoss, step: float, k_lo: int, k_hi: int, phase: 
     exponent.  Each coarse cell is cut into k_i (a power of two) equal cells, the fewest
     with (GRADE_WIDEST / k_i)^2 w_i <= GRADE_SHARE / (coarse cells), so the wider cells
     add at most ``GRADE_SHARE`` of a uniform grid's error.  Only tightness depends on
-    this: both constructions are certified for any edges."""
+    this: both constructions are certified for any edges.
+
+    ``exponent`` may be several exponents (one measure read at several eps, as a prefix
+    table's rows are: :mod:`.prefixes`): a cell's weight is then the largest of its
+    P-mass and its masses tilted at each, so its cells are at least as fine as those of
+    any one of them."""
     widest = GRADE_WIDEST
     if k_hi - k_lo < 8 * widest:
         return np.arange(k_lo, k_hi + 1)
     coarse = np.append(np.arange(k_lo, k_hi, widest), k_hi)
     x = coarse * step + phase
     cdf_p, sf_p, _, _ = loss.distribution_functions(x)
-    return _graded_edges(coarse, x, cdf_p, sf_p, float(exponent), widest, GRADE_SHARE)
+    exponents = np.atleast_1d(np.asarray(exponent, dtype=float)).ravel()
+    return _graded_edges(coarse, x, cdf_p, sf_p, np.ascontiguousarray(exponents), widest, GRADE_SHARE)
 
 
 @numba.njit(cache=True)
-def _graded_edges(coarse, x, cdf_p, sf_p, exponent, widest, share):  # pragma: no cover - jitted
+def _graded_edges(coarse, x, cdf_p, sf_p, exponents, widest, share):  # pragma: no cover - jitted
     """:func:`graded_lattice` from the distribution function at the coarse edges ``x``
-    (lattice indices ``coarse``): each coarse cell's weight w (its P-mass, or its tilted
-    mass when larger), then 2^j equal pieces with j the smallest for which
-    (width / 2^j)^2 w <= share / (coarse cells), at most log2(widest)."""
+    (lattice indices ``coarse``): each coarse cell's weight w (its P-mass, or its mass
+    tilted at one of ``exponents`` when larger), then 2^j equal pieces with j the smallest
+    for which (width / 2^j)^2 w <= share / (coarse cells), at most log2(widest)."""
     cells = coarse.size - 1
     mass = np.empty(cells)
     total = 0.0
@@ -479,7 +488,9 @@ def _graded_edges(coarse, x, cdf_p, sf_p, exponent, widest, share):  # pragma: n
     weight = np.empty(cells)
     for i in range(cells):
         weight[i] = mass[i] / max(total, 1e-300)
-    if exponent > 0:
+    for exponent in exponents:
+        if not exponent > 0:
+            continue
         top = -np.inf
         for i in range(cells):
             if mass[i] > 0:
@@ -703,6 +714,14 @@ def _choose_phase(
         excess = _phase_excesses(points, cdf_p, sf_p, cdf_q, sf_q, candidates)
         best, sub = float(offsets[int(np.argmin(excess))]), 2.0 * sub / candidates
     return float(best % step)
+
+
+@functools.lru_cache(maxsize=LAW_CACHE)
+def _cached_phase(
+    loss: PrivacyLoss, step: float, low: float, high: float, candidates: int, zoom: int, reach: float
+) -> float:
+    """:func:`_choose_phase` of a mechanism's law, cached (a float a key)."""
+    return _choose_phase(loss, step, low, high, candidates, zoom, reach)
 
 
 def _phase_excess_reference(
@@ -981,7 +1000,11 @@ def lower_measure(
     """
     check_grid((high - low) / step + 3, "the optimistic grid of one step's privacy loss")  # + the cell below low
     if phase is None:
-        phase = _choose_phase(loss, step, low, high, search[0], zoom, search[1])
+        # a mechanism's law asked again at the same grid (the refinement's tilted
+        # evaluation after its untilted one, verify's prefix rows after the whole plan)
+        # reuses its phase; a composed chunk's law is searched afresh (used once)
+        choose = _cached_phase if isinstance(loss, PrivacyLoss) else _choose_phase
+        phase = choose(loss, step, low, high, search[0], zoom, search[1])
     # one cell below the point at or below ``low``: mass at or below the first point is
     # dropped, and a law that piles up at the end of its support puts its pile there
     # (sigma = 0.06, q = 4e-6: 1 - q of the mass within 1e-60 of log(1 - q), which is

@@ -20,7 +20,7 @@ from typing import Iterator, Sequence
 import numpy as np
 from scipy import fft as sp_fft
 
-from dpforge.accounting.prv.components import atom_aligned_step, directions_for, discretise_all
+from dpforge.accounting.prv.components import atom_aligned_step, chernoff_saddle, directions_for, discretise_all
 from dpforge.accounting.prv.band import band_transforms
 from dpforge.accounting.prv.compose import (
     _BAND_COST,
@@ -42,6 +42,7 @@ from dpforge.accounting.prv.discretise import GridMeasure
 from dpforge.accounting.prv.engine import epsilon as prv_epsilon
 from dpforge.accounting.prv.limits import check_grid, check_held, memory_budget
 from dpforge.accounting.prv.spectral_rows import SpectralRow, unit_roots
+from dpforge.accounting.prv.stand_in import GROUPS, stand_in
 from dpforge.accounting.prv.evaluate import _TILT_BUDGET
 from dpforge.accounting.prv.tilt import _MAX_LOG_SCALE, _MAX_LOG_TILTED_TAIL, TiltedComposition, _log_spread, _log_tilted_masses
 from dpforge.accounting.results import EpsilonResult
@@ -547,11 +548,15 @@ def _direction_rows(
     # there from below: each row's profiles are read from the previous row's lower bound
     # up (the lower pass first), the rows' tail part of the window instead of all of it
     theta = 0.0
+    step_tail = tail / (10.0 * total_steps)  # each step cut as the whole plan's discretisation cuts it
+    exponents = row_exponents(groups[:-1], direction, step_tail, delta)
     for kind in kinds:
         measures, held = [], 0
         for group in groups[:-1]:
             group_tail = tail * sum(component.count for component in group) / total_steps
-            measures.append(discretise_all(group, direction, step, group_tail, (kind,))[kind])
+            measures.append(
+                discretise_all(group, direction, step, group_tail, (kind,), exponent=exponents, step_tail=step_tail)[kind]
+            )
             held += sum(measure.masses.nbytes for measure, _ in measures[-1])
             check_held(held, "the one-step measures of the plan's phases")
         if tilt is not None and kind == "lower":
@@ -568,6 +573,42 @@ def _direction_rows(
             else:
                 highs[index] = eps
     return lows, highs
+
+
+#: the row exponents that size the prefix pass's graded cells are spaced by at most this
+#: ratio (:func:`row_exponents`)
+_EXPONENT_RATIO = 2.0
+
+
+def row_exponents(
+    groups: Sequence[Sequence[Component]], direction: str, step_tail: float, delta: float
+) -> np.ndarray | None:
+    """Exponents at which the prefix pass's one-step laws are graded
+    (:func:`.discretise.graded_lattice` with several exponents): from the first row's
+    saddle exponent to the last's, spaced by at most ``_EXPONENT_RATIO`` (None, uniform
+    cells, where either is not found).
+
+    Row k reads the composition of ``groups[:k + 1]`` at its eps, where that composition
+    reads each one-step law tilted by about the row's saddle exponent, which
+    :func:`.components.chernoff_saddle` finds from delta alone (each step truncated at
+    ``step_tail``, as the whole plan's discretisation does).  A longer prefix spreads
+    more and reads its law less far out, so the first row's exponent is the largest and
+    the last's (found on a :mod:`.stand_in` of the plan) the smallest.  A cell is graded
+    at least as finely as for each exponent of the set, and a cell's tilted mass is
+    log-concave in the exponent, so between two neighbours of the set it cannot rise far
+    above the larger of theirs.  Only tightness depends on this: both constructions are
+    certified on any cells.  Graded at the whole plan's exponent alone, the early rows
+    came out up to 8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4 uniform); at a
+    normal approximation's saddle exponents (10.9 to 78 for 100 phases of the verify
+    family, against 2 to 7) the first rows were 26x wider."""
+    first = chernoff_saddle(groups[0], direction, step_tail, delta)
+    whole = [component for group in groups for component in group]
+    last = chernoff_saddle(stand_in(whole) if len(whole) > GROUPS else whole, direction, step_tail, delta)
+    low, high = sorted((first, last))
+    if not low > 0.0:
+        return None  # a saddle not found: uniform cells
+    count = 1 + int(math.ceil(math.log(high / low) / math.log(_EXPONENT_RATIO))) if high > low else 1
+    return np.geomspace(low, high, count)
 
 
 #: tilts tried for verify's tilted rows (:func:`_rows_tilt`)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from dpforge.accounting.prv import discretise
-from dpforge.accounting.prv.components import truncation
+from dpforge.accounting.prv.components import chernoff_saddle, truncation
 from dpforge.accounting.prv.evaluate import evaluate, saddle_estimate
 from dpforge.mechanisms import Composed, Gaussian, PoissonSampled, flatten
 
@@ -32,11 +32,12 @@ def _graded_reference(loss, step, k_lo, k_hi, phase, exponent, widest=64, share=
     with np.errstate(divide="ignore"):
         log_mass = np.log(mass)
     weight = mass / max(float(mass.sum()), 1e-300)
-    if exponent > 0 and np.isfinite(log_mass).any():
-        tilted = log_mass + exponent * x[:-1]
-        top = float(np.max(tilted))
-        log_norm = top + math.log(float(np.sum(np.exp(tilted - top))))
-        weight = np.maximum(weight, np.exp(np.minimum(log_mass + exponent * x[1:] - log_norm, 0.0)))
+    for lam in np.atleast_1d(exponent):  # several exponents: the largest tilted mass of each cell
+        if lam > 0 and np.isfinite(log_mass).any():
+            tilted = log_mass + lam * x[:-1]
+            top = float(np.max(tilted))
+            log_norm = top + math.log(float(np.sum(np.exp(tilted - top))))
+            weight = np.maximum(weight, np.exp(np.minimum(log_mass + lam * x[1:] - log_norm, 0.0)))
     need = weight * (widest * widest * cells / share)
     splits = np.minimum(np.ceil(np.log2(np.maximum(need, 1.0)) / 2.0), math.log2(widest)).astype(np.int64)
     widths = np.diff(coarse)
@@ -58,11 +59,25 @@ def test_compiled_graded_lattice_matches_the_numpy_specification(sigma, rate, di
     for step in (1e-3, 1e-4, 3e-5):
         phase = 0.3 * step
         k_lo, k_hi = _range(loss, step, phase)
-        for exponent in (0.0, 1.0, 4.0, 30.0):
+        for exponent in (0.0, 1.0, 4.0, 30.0, (1.0, 4.0), (0.5, 2.0, 30.0)):
             got = discretise.graded_lattice(loss, step, k_lo, k_hi, phase, exponent)
             np.testing.assert_array_equal(got, _graded_reference(loss, step, k_lo, k_hi, phase, exponent))
             assert got[0] == k_lo and got[-1] == k_hi and np.all(np.diff(got) >= 1)
             assert np.all(np.diff(got) <= discretise.GRADE_WIDEST)
+
+
+@pytest.mark.parametrize("sigma, rate", LAWS)
+def test_cells_graded_at_several_exponents_hold_every_edge_of_each(sigma, rate):
+    """A prefix table reads one measure at several eps (:mod:`.prefixes`): graded at a set
+    of exponents, its edges include those graded at each one of them, so its cells are
+    nowhere wider than any one exponent's."""
+    loss = _law(sigma, rate, "remove")
+    step = 1e-4
+    k_lo, k_hi = _range(loss, step)
+    exponents = (1.0, 2.0, 4.0, 8.0)
+    both = set(discretise.graded_lattice(loss, step, k_lo, k_hi, 0.0, exponents).tolist())
+    for exponent in exponents:
+        assert set(discretise.graded_lattice(loss, step, k_lo, k_hi, 0.0, exponent).tolist()) <= both
 
 
 def test_graded_cells_are_few_across_a_thin_tail():
@@ -128,3 +143,17 @@ def test_saddle_of_a_composed_gaussian(eps):
     found = evaluation.saddles(eps)["remove"]
     assert found == pytest.approx(exact, rel=0.25)
     assert saddle_estimate(components, "remove", 1e-12, eps) == pytest.approx(exact, rel=0.02)
+
+
+@pytest.mark.parametrize("sigma, steps, delta", [(3.0, 40, 1e-5), (1.0, 1000, 1e-10), (10.0, 1, 1e-15)])
+def test_chernoff_saddle_of_a_composed_gaussian(sigma, steps, delta):
+    """q = 1: the composed loss is N(m, 2m), m = T / (2 sigma^2), whose cumulant
+    K(lam) = m lam (1 + lam) has rate function lam K' - K = m lam^2: it reaches
+    log(1/delta) at lam = sqrt(log(1/delta) / m), read off the coarse one-step laws."""
+    components = flatten(Composed([(PoissonSampled(Gaussian(sigma), 1.0), steps)]))
+    mean = steps / (2 * sigma**2)
+    exact = math.sqrt(math.log(1 / delta) / mean)
+    assert chernoff_saddle(components, "remove", 1e-25, delta) == pytest.approx(exact, rel=0.03)
+    # one step cut at 1e-5 holds too little tail to reach log(1/delta) = 690: not found
+    one_step = flatten(Composed([(PoissonSampled(Gaussian(sigma), 1.0), 1)]))
+    assert chernoff_saddle(one_step, "remove", 1e-5, 1e-300) == 0.0
