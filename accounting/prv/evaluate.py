@@ -463,6 +463,22 @@ _TAIL_FLOOR = 1e-8
 #: lower chain's chunks set the staging, not this grid; sigma = 1, q = 1e-6, T = 1e5 at
 #: delta = 1e-15 converges at second order, 0.0029548 at 2^20 points, 0.0029521 at 2^21)
 _UPPER_LIMIT = 2 * _DIRECT_LIMIT
+#: ... and, once, as a last resort where the call would end short of the width with that
+#: chain left at the limit, on up to this many: sigma = 0.6, q = 1e-6, T = 1e7 at
+#: delta = 1e-10 composed its tilted upper window (13.6 nats) on 5.0M points and stopped
+#: 1.24e-3 wide; on 15.6M it meets the width (8.6e-4), at 1.4 GB peak (3.5 GB by the
+#: budget's 224 bytes a point: a smaller memory budget leaves it flagged).  Lifting the
+#: first limit instead let the step model take chains that were short only on the way
+#: (the staged lower chain's next round met the width) to 13M points: sigma = 1,
+#: q = 1e-6 at delta = 1e-5 took 5.2 s against 1.5 s
+_UPPER_CHAIN_LIMIT = 8 * _UPPER_LIMIT
+#: ... only where the call is short of the width by no more than this factor: up to 8x
+#: the points cut the chain's own error up to 64x, but a call far wider is seldom set by
+#: its upper chain (sigma = 175, q = 3.1e-5, T = 8 at delta = 1e-130 is 20 % wide by its
+#: staged lower chain, and the 28M-point grid took 8 s for nothing; the chain's error
+#: estimated at twice its step misread it, the step and tilt it was last refined at not
+#: being those of the chain kept)
+_PAST_LIMIT_SHORTFALL = 2.0
 #: ... while a finer grid can still cut its step by this factor or more (its error by
 #: the square).  It was 2: sigma = 0.3, q = 1e-5, T = 1e7 at delta = 1e-10, its upper
 #: chain on 1.15M points from the probe, never refined it and stopped 1.02e-3 wide; on
@@ -815,6 +831,7 @@ def refine(
     smallest_tail = _TAIL_FLOOR * tail
     last_direct: tuple[float, int] | None = None  # (step, points) of the direct grid staged from
     last_resort_taken = False  # finer chunk grids for a law without atoms, once (below)
+    upper_at_limit = 0  # the grid of a single-grid upper chain the loop left at _UPPER_LIMIT
     while refinements < (0 if fixed or gave_up else max_refinements):
         width = high - low
         if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:
@@ -886,6 +903,8 @@ def refine(
                     high = min(high, bounds_of(evaluation)[1])
                     if high - low <= relative_accuracy * high:
                         continue  # met: the loop's test stops
+            if upper_open and upper_first and upper_step is not None and _UPPER_ROOM * upper_grid > _UPPER_LIMIT:
+                upper_at_limit = upper_grid  # kept for a last resort past the limit (after the loop)
             if upper_open and upper_first and upper_step is not None and _UPPER_ROOM * upper_grid <= _UPPER_LIMIT:
                 factor = min(max(_step_factor(relative_accuracy * high, width, upper_step, upper_history), 0.125), 0.5)
                 upper_history.append((upper_step, width))
@@ -1061,6 +1080,25 @@ def refine(
                 high = min(high, bounds_of(evaluation)[1])
                 refinements += 1
                 break
+    if (
+        upper_at_limit
+        and upper_open
+        and upper_step is not None
+        and relative_accuracy * high < high - low <= _PAST_LIMIT_SHORTFALL * relative_accuracy * high
+    ):
+        # the loop's levers spent and the width still short, with the single-grid upper
+        # chain left at _UPPER_LIMIT (its tilted window can pass it: sigma = 0.6, q = 1e-6,
+        # T = 1e7 at delta = 1e-10 reached 5.0M points and stopped 1.24e-3 wide): the chain
+        # is composed once more, on up to _UPPER_CHAIN_LIMIT points at the step model's
+        # step (there 15.6M, the width met); a grid past the memory budget leaves the
+        # bracket as it is
+        factor = min(max(_step_factor(relative_accuracy * high, high - low, upper_step, upper_history), 0.125), 0.5)
+        options = {"exponents": exponents, **tilt_options()}
+        finer = with_upper_on(evaluation, upper_step * max(factor, upper_at_limit / _UPPER_CHAIN_LIMIT), options)
+        if finer is not None:
+            evaluation = finer
+            high = min(high, bounds_of(evaluation)[1])
+            refinements += 1
     if last_direct is not None and not (high - low <= relative_accuracy * high) and math.isfinite(high):
         # staging from a direct grid ended short of the width: where the direct grid
         # already resolved every one-step bulk, the chunks (a bulk width or so apart) only

@@ -476,3 +476,24 @@ def test_a_tilted_probe_past_a_named_limit_leaves_the_certified_bracket_flagged(
     assert result.accuracy["refinements"] == 0
     assert result.lower <= tilted.upper and tilted.lower <= result.upper
     assert result.upper - result.lower > tilted.upper - tilted.lower
+
+
+@pytest.mark.slow
+def test_an_upper_chain_short_of_the_width_is_refined_past_two_million_points(monkeypatch):
+    """sigma = 0.6, q = 1e-6, T = 1e7 at delta = 1e-10 (the corner sweep's one miss): its
+    tilted upper window spans 13.6 nats, and the upper chain was refined only up to 2^21
+    points (it reached 5.0M through the window) and the call stopped 1.24e-3 wide,
+    flagged.  Where the loop's levers are spent and the width is still short, the chain
+    is composed once more on up to ``_UPPER_CHAIN_LIMIT`` points (15.6M here), and the
+    width is met.  Under a memory budget that cannot hold that grid the call ends where
+    it did, flagged and certified (never a silent shortfall).  Cross-checks: the two
+    brackets overlap, and RDP's upper bound lies above both."""
+    description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-10)
+    assert max(record["grid_size"] for record in records if record["kinds"] == ("upper",)) > 8 * 2**20
+    with pytest.warns(DpforgeAccuracyWarning, match="relative width"):
+        limited = epsilon(description, 1e-10, memory_budget=2 * 2**30)
+    assert not limited.accuracy["reached"]
+    assert limited.lower <= result.upper and result.lower <= limited.upper
+    assert max(result.upper, limited.upper) <= epsilon(description, 1e-10, engine="rdp").upper
