@@ -356,7 +356,10 @@ def _summed(
     # number of terms (all of them together took 9 of S1's 21 MB here); only the terms'
     # own entries are held
     scaled = [_scaled_entries(coarse[k], theta) for k in range(terms + 1)]
-    logs = [_log_binomial(chunk, k) + top + k * rest_top for k, (_, top) in enumerate(scaled)]
+    # (an empty rest, top -inf, leaves the k = 0 term alone: 0 x -inf would be nan)
+    logs = [_log_binomial(chunk, k) + top + (k * rest_top if k else 0.0) for k, (_, top) in enumerate(scaled)]
+    if not any(math.isfinite(value) for value in logs):
+        return np.zeros(length)  # every term empty: nothing to keep (a sub-measure)
     scale = max(value for value in logs if math.isfinite(value))
     total = np.zeros(size // 2 + 1, dtype=complex)
     power = np.ones(size // 2 + 1, dtype=complex)

@@ -209,6 +209,28 @@ def test_tilted_sum_of_products_is_below_the_exact_sum_and_keeps_rare_entries():
     assert np.allclose(tilted.masses[kept], exact[kept], rtol=1e-6)
 
 
+@pytest.mark.parametrize("theta", [0.0, 8.0])
+def test_an_empty_rest_leaves_the_first_term_of_the_sum_of_products(theta):
+    """sum_k C(chunk, k) coarse[k] * rest^{*k} with no mass in ``rest`` is coarse[0]: the
+    k = 0 term's scale took 0 x log(0) = nan, which dropped it, and with every term
+    empty the sum raised (max of nothing).  Now the first term is kept (to the
+    allowance), and empty terms give an empty sum, never nan."""
+    from dpforge.accounting.prv.discretise import GridMeasure
+
+    step = 0.01
+    x = np.arange(60) * step
+    rest = GridMeasure(40, np.zeros(300), step)
+    coarse = [GridMeasure(-20 + k, np.exp(-0.5 * ((x - 0.3) / 0.05) ** 2) / 12.5, step) for k in range(4)]
+    summed = two_scale._sum_of_products(coarse, rest, 50, 3, theta=theta)
+    assert np.all(np.isfinite(summed.masses))
+    exact = _direct_sum_of_products(coarse, rest, 50, 3, summed.first_index, summed.masses.size)
+    assert np.all(summed.masses <= exact * (1 + 1e-12))
+    assert summed.masses.sum() == pytest.approx(coarse[0].masses.sum(), rel=1e-12)
+    empty = [GridMeasure(-20 + k, np.zeros(60), step) for k in range(4)]
+    nothing = two_scale._sum_of_products(empty, rest, 50, 3, theta=theta)
+    assert np.all(nothing.masses == 0.0)
+
+
 def test_sum_of_products_holds_a_few_windows_whatever_the_number_of_terms():
     """Each term's row is formed, transformed and added in turn: 16 terms peak at about 6
     windows of traced memory (holding every row and its transform's temporaries, as
