@@ -466,11 +466,11 @@ _UPPER_LIMIT = 2 * _DIRECT_LIMIT
 #: ... and, once, as a last resort where the call would end short of the width with that
 #: chain left at the limit, on up to this many: sigma = 0.6, q = 1e-6, T = 1e7 at
 #: delta = 1e-10 composed its tilted upper window (13.6 nats) on 5.0M points and stopped
-#: 1.24e-3 wide; on 15.6M it meets the width (8.6e-4), at 1.4 GB peak (3.5 GB by the
-#: budget's 224 bytes a point: a smaller memory budget leaves it flagged).  Lifting the
-#: first limit instead let the step model take chains that were short only on the way
-#: (the staged lower chain's next round met the width) to 13M points: sigma = 1,
-#: q = 1e-6 at delta = 1e-5 took 5.2 s against 1.5 s
+#: 1.24e-3 wide; composed once more on 10M points it meets the width (3.9e-4), at 1.24 GB
+#: peak (2.2 GB by the budget's 224 bytes a point: a smaller memory budget leaves it
+#: flagged).  Lifting the first limit instead let the step model take chains that were
+#: short only on the way (the staged lower chain's next round met the width) to 13M
+#: points: sigma = 1, q = 1e-6 at delta = 1e-5 took 5.2 s against 1.5 s
 _UPPER_CHAIN_LIMIT = 8 * _UPPER_LIMIT
 #: ... only where the call is short of the width by no more than this factor: up to 8x
 #: the points cut the chain's own error up to 64x, but a call far wider is seldom set by
@@ -1090,7 +1090,7 @@ def refine(
         # chain left at _UPPER_LIMIT (its tilted window can pass it: sigma = 0.6, q = 1e-6,
         # T = 1e7 at delta = 1e-10 reached 5.0M points and stopped 1.24e-3 wide): the chain
         # is composed once more, on up to _UPPER_CHAIN_LIMIT points at the step model's
-        # step (there 15.6M, the width met); a grid past the memory budget leaves the
+        # step (there 10M, the width met); a grid past the memory budget leaves the
         # bracket as it is
         factor = min(max(_step_factor(relative_accuracy * high, high - low, upper_step, upper_history), 0.125), 0.5)
         options = {"exponents": exponents, **tilt_options()}

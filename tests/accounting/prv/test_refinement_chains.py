@@ -493,7 +493,7 @@ def test_an_upper_chain_short_of_the_width_is_refined_past_two_million_points(mo
     result = _meets_the_width(description, 1e-10)
     assert max(record["grid_size"] for record in records if record["kinds"] == ("upper",)) > 8 * 2**20
     with pytest.warns(DpforgeAccuracyWarning, match="relative width"):
-        limited = epsilon(description, 1e-10, memory_budget=2 * 2**30)
+        limited = epsilon(description, 1e-10, memory_budget=1.5 * 2**30)
     assert not limited.accuracy["reached"]
     assert limited.lower <= result.upper and result.lower <= limited.upper
     assert max(result.upper, limited.upper) <= epsilon(description, 1e-10, engine="rdp").upper
