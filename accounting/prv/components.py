@@ -152,6 +152,26 @@ def _coarse_law(loss: PrivacyLoss, tail: float) -> tuple[np.ndarray, np.ndarray]
 _SADDLE_SEARCH = 1e4
 
 
+def _tilted_cumulant(laws: Sequence[tuple[tuple[np.ndarray, np.ndarray], int]], lam: float) -> tuple[float, float]:
+    """(K(lam), K'(lam)) of the composition of the coarse laws ``laws`` ((positions,
+    masses), count): K = sum count log sum_j m_j e^{lam x_j}, and K' the sum of the
+    counts times each law's mean tilted by e^{lam x} (:func:`saddle_exponent`,
+    :func:`chernoff_saddle`).  Each law's terms are scaled by its largest, so no exponent
+    overflows; a law with no mass adds nothing."""
+    cumulant = mean = 0.0
+    for (x, m), count in laws:
+        with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
+            logs = np.log(m) + lam * x
+        top = float(np.max(logs)) if logs.size else -math.inf
+        if not math.isfinite(top):
+            continue
+        weights = np.exp(logs - top)
+        total = float(np.sum(weights))
+        cumulant += count * (top + math.log(total))
+        mean += count * float(np.dot(weights, x)) / total
+    return cumulant, mean
+
+
 def saddle_exponent(components: Sequence[Component], direction: Direction, tail: float, epsilon: float) -> float:
     """The exponent lambda >= 0 at which the composed loss tilted by e^{lambda l} has its
     mean at ``epsilon`` (K'(lambda) = eps, K the composed cumulant generating function;
@@ -164,13 +184,7 @@ def saddle_exponent(components: Sequence[Component], direction: Direction, tail:
     laws = [(_coarse_law(c.privacy_loss_distribution(direction), tail), c.count) for c in components]
 
     def tilted_mean(lam: float) -> float:
-        total = 0.0
-        for (x, m), count in laws:
-            with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
-                logs = np.log(m) + lam * x
-            weights = np.exp(logs - float(np.max(logs)))
-            total += count * float(np.dot(weights, x) / np.sum(weights))
-        return total
+        return _tilted_cumulant(laws, lam)[1]
 
     if not math.isfinite(epsilon) or tilted_mean(0.0) >= epsilon or tilted_mean(_SADDLE_SEARCH) < epsilon:
         return 0.0
@@ -195,15 +209,7 @@ def chernoff_saddle(components: Sequence[Component], direction: Direction, step_
     goal = math.log(1.0 / delta)
 
     def rate(lam: float) -> float:
-        cumulant = mean = 0.0
-        for (x, m), count in laws:
-            with np.errstate(divide="ignore"):  # empty cells: log 0 = -inf, weight 0
-                logs = np.log(m) + lam * x
-            top = float(np.max(logs))
-            weights = np.exp(logs - top)
-            total = float(np.sum(weights))
-            cumulant += count * (top + math.log(total))
-            mean += count * float(np.dot(weights, x)) / total
+        cumulant, mean = _tilted_cumulant(laws, lam)
         return lam * mean - cumulant
 
     if not rate(_SADDLE_SEARCH) > goal:

@@ -43,7 +43,7 @@ from dpforge.accounting.prv.engine import epsilon as prv_epsilon
 from dpforge.accounting.prv.limits import check_grid, check_held, memory_budget
 from dpforge.accounting.prv.spectral_rows import SpectralRow, unit_roots
 from dpforge.accounting.prv.stand_in import GROUPS, stand_in
-from dpforge.accounting.prv.evaluate import _TILT_BUDGET
+from dpforge.accounting.prv.evaluate import _GRADED_MIN_HITS, _TILT_BUDGET, expected_hits
 from dpforge.accounting.prv.tilt import _MAX_LOG_SCALE, _MAX_LOG_TILTED_TAIL, TiltedComposition, _log_spread, _log_tilted_masses
 from dpforge.accounting.results import EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
@@ -549,13 +549,14 @@ def _direction_rows(
     # up (the lower pass first), the rows' tail part of the window instead of all of it
     theta = 0.0
     step_tail = tail / (10.0 * total_steps)  # each step cut as the whole plan's discretisation cuts it
-    exponents = row_exponents(groups[:-1], direction, step_tail, delta)
+    exponents, first_graded = row_exponents(groups[:-1], direction, step_tail, delta)
     for kind in kinds:
         measures, held = [], 0
-        for group in groups[:-1]:
+        for index, group in enumerate(groups[:-1]):
             group_tail = tail * sum(component.count for component in group) / total_steps
+            graded = exponents if index >= first_graded else None  # (uniform cells before it)
             measures.append(
-                discretise_all(group, direction, step, group_tail, (kind,), exponent=exponents, step_tail=step_tail)[kind]
+                discretise_all(group, direction, step, group_tail, (kind,), exponent=graded, step_tail=step_tail)[kind]
             )
             held += sum(measure.masses.nbytes for measure, _ in measures[-1])
             check_held(held, "the one-step measures of the plan's phases")
@@ -582,35 +583,53 @@ _EXPONENT_RATIO = 2.0
 
 def row_exponents(
     groups: Sequence[Sequence[Component]], direction: str, step_tail: float, delta: float
-) -> np.ndarray | None:
-    """Exponents at which the prefix pass's one-step laws are graded
-    (:func:`.discretise.graded_lattice` with several exponents): from the first row's
-    saddle exponent to the last's, spaced by at most ``_EXPONENT_RATIO`` (None, uniform
-    cells, where either is not found).
+) -> tuple[np.ndarray | None, int]:
+    """(exponents at which the prefix pass grades its one-step laws'
+    cells, :func:`.discretise.graded_lattice` with several exponents; the index of the
+    first part graded): parts are graded from the first row whose prefix has
+    ``evaluate._GRADED_MIN_HITS`` expected sampled steps, the parts before it keep
+    uniform cells; the exponents run from that row's saddle exponent to the last row's,
+    spaced by at most ``_EXPONENT_RATIO`` (None, every part uniform, where no row has
+    the hits or a saddle is not found).
 
     Row k reads the composition of ``groups[:k + 1]`` at its eps, where that composition
     reads each one-step law tilted by about the row's saddle exponent, which
     :func:`.components.chernoff_saddle` finds from delta alone (each step truncated at
     ``step_tail``, as the whole plan's discretisation does).  A longer prefix spreads
-    more and reads its law less far out, so the first row's exponent is usually the
-    largest and the last's (found on a :mod:`.stand_in` of the plan) the smallest (the
-    two are sorted, whichever is larger).  A cell is graded
-    at least as finely as for each exponent of the set, and a cell's tilted mass is
+    more and reads its law less far out, so the first graded row's exponent is usually
+    the largest and the last's the smallest (the two are sorted, whichever is larger;
+    each prefix of more than ``stand_in.GROUPS`` components is read on its
+    :mod:`.stand_in`).  A part is read by its own row and every later one, and a cell is
+    graded at least as finely as for each exponent of the set; a cell's tilted mass is
     log-concave in the exponent, so between two neighbours of the set it cannot rise far
-    above the larger of theirs.  Only tightness depends on this: both constructions are
-    certified on any cells.  Graded at the whole plan's exponent alone, the early rows
-    came out up to 8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4 uniform); at a
-    normal approximation's saddle exponents (10.9 to 78 for 100 phases of the verify
-    family, against 4.8 to 5.4 here: blind to a subsampled law's heavy right tail) the
-    first row was 26x wider."""
-    first = chernoff_saddle(groups[0], direction, step_tail, delta)
-    whole = [component for group in groups for component in group]
-    last = chernoff_saddle(stand_in(whole) if len(whole) > GROUPS else whole, direction, step_tail, delta)
-    low, high = sorted((first, last))
+    above the larger of theirs.  With fewer hits the saddle point does not describe
+    where a row reads its laws (as for :func:`.evaluate.refine`'s graded cells): a plan
+    of Gaussian phases with q = 1e-4 (0.005 hits a phase) and Laplace phases at 1e-12
+    graded from its first row read that row [0.28202, 0.32166] against [0.32160,
+    0.32162] on uniform cells.  Only tightness depends on any of this: both
+    constructions are certified on any cells.  Graded at the whole plan's exponent alone,
+    the early rows came out up to 8x wider (100 phases, row 10: 8.5e-4 against 1.1e-4
+    uniform); at a normal approximation's saddle exponents (10.9 to 78 for 100 phases
+    of the verify family, against 4.8 to 5.4 from the Chernoff exponent: blind to a
+    subsampled law's heavy right tail) the first row was 26x wider."""
+    hits, first_graded = 0.0, len(groups)
+    for index, group in enumerate(groups):
+        hits += expected_hits(group)
+        if hits >= _GRADED_MIN_HITS:
+            first_graded = index
+            break
+    if first_graded == len(groups):
+        return None, first_graded
+
+    def saddle(parts: Sequence[Sequence[Component]]) -> float:
+        components = [component for group in parts for component in group]
+        return chernoff_saddle(stand_in(components) if len(components) > GROUPS else components, direction, step_tail, delta)
+
+    low, high = sorted((saddle(groups[: first_graded + 1]), saddle(groups)))
     if not low > 0.0:
-        return None  # a saddle not found: uniform cells
+        return None, len(groups)  # a saddle not found: uniform cells
     count = 1 + int(math.ceil(math.log(high / low) / math.log(_EXPONENT_RATIO))) if high > low else 1
-    return np.geomspace(low, high, count)
+    return np.geomspace(low, high, count), first_graded
 
 
 #: tilts tried for verify's tilted rows (:func:`_rows_tilt`)

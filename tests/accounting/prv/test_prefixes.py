@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from dpforge.accounting import epsilon
 from dpforge.accounting.prv.prefixes import epsilon_prefixes
+from dpforge.errors import DpforgeAccuracyWarning
 from dpforge.mechanisms import LMO, Composed, Gaussian, Laplace, PoissonSampled, flatten
 
 PARTS = [
@@ -401,24 +403,16 @@ def test_rows_left_to_a_tilted_pass_that_fails_are_composed_at_the_step(monkeypa
     assert [(row.lower, row.upper) for row in rows] == [(row.lower, row.upper) for row in both]
 
 
-def test_the_prefix_pass_grades_its_cells_at_the_rows_exponents_at_no_cost_in_width(monkeypatch):
-    """The prefix pass discretises every phase again at the whole plan's step.  Graded at
-    the range of the rows' saddle exponents (:func:`.prefixes.row_exponents`), its laws
-    are evaluated at far fewer points than on uniform cells (a step's law spans about
-    11,000 steps at 10,000 phases, 1,700 of them graded), and every row's bracket is
-    about as narrow as on uniform cells and overlaps it."""
+def _rows_graded_and_uniform(monkeypatch, parts, delta):
+    """(rows graded as the prefix pass grades them, points it evaluated; the same on
+    uniform cells), rows wider than asked left as they are (none refined on its own)."""
     import importlib
 
     prefixes = importlib.import_module("dpforge.accounting.prv.prefixes")
     rounding = importlib.import_module("dpforge.accounting.prv.rounding")
-    phases = 60
-    parts = [Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / (phases - 1)), 0.01), 10)]) for i in range(phases)]
-    exponents = prefixes.row_exponents([flatten(part) for part in parts[:-1]], "remove", 1e-9 / (10 * 600), 1e-5)
-    assert exponents is not None and np.all(exponents > 0)
-    assert np.all(exponents[1:] / exponents[:-1] <= prefixes._EXPONENT_RATIO * (1 + 1e-12))
-
+    monkeypatch.setattr(prefixes, "SEPARATE_ROWS", 0)
     points, inside = [], []
-    original, discretise_all = rounding.base_functions_and_errors, prefixes.discretise_all
+    original, discretise_all, grading = rounding.base_functions_and_errors, prefixes.discretise_all, prefixes.row_exponents
 
     def counted(loss, edges):  # points evaluated for the prefix pass (not the whole plan's refinement)
         if inside:
@@ -433,17 +427,51 @@ def test_the_prefix_pass_grades_its_cells_at_the_rows_exponents_at_no_cost_in_wi
             inside.pop()
 
     monkeypatch.setattr(prefixes, "discretise_all", prefix_pass)
+    monkeypatch.setattr(rounding, "base_functions_and_errors", counted)
 
-    def rows_with(grading):
+    def rows_with(exponents):
         points.clear()
-        monkeypatch.setattr(prefixes, "row_exponents", grading)
-        rows = epsilon_prefixes(parts, 1e-5)
+        monkeypatch.setattr(prefixes, "row_exponents", exponents)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+            rows = epsilon_prefixes(parts, delta)
         return rows, sum(points)
 
-    monkeypatch.setattr(rounding, "base_functions_and_errors", counted)
-    graded, graded_points = rows_with(prefixes.row_exponents)
-    uniform, uniform_points = rows_with(lambda *args: None)
+    graded = rows_with(grading)
+    uniform = rows_with(lambda groups, *args: (None, len(groups)))
+    return graded, uniform
+
+
+def test_the_prefix_pass_grades_its_cells_at_the_rows_exponents_at_no_cost_in_width(monkeypatch):
+    """The prefix pass discretises every phase again at the whole plan's step.  Graded at
+    the range of the rows' saddle exponents (:func:`.prefixes.row_exponents`), its laws
+    are evaluated at far fewer points than on uniform cells (a step's law spans about
+    11,000 steps at 10,000 phases, 1,700 of them graded), and every row's bracket is
+    about as narrow as on uniform cells and overlaps it.  Phases are graded from the first
+    row with 8 expected sampled steps (here one a phase: the eighth)."""
+    from dpforge.accounting.prv import prefixes
+
+    phases = 40
+    parts = [Composed([(PoissonSampled(Gaussian(0.8 + 0.4 * i / (phases - 1)), 0.01), 100)]) for i in range(phases)]
+    exponents, first = prefixes.row_exponents([flatten(part) for part in parts[:-1]], "remove", 1e-9 / (10 * 4000), 1e-5)
+    assert first == 7 and exponents is not None and np.all(exponents > 0)
+    assert np.all(exponents[1:] / exponents[:-1] <= prefixes._EXPONENT_RATIO * (1 + 1e-12))
+    (graded, graded_points), (uniform, uniform_points) = _rows_graded_and_uniform(monkeypatch, parts, 1e-5)
     assert graded_points < 0.5 * uniform_points
+    for row, plain in zip(graded, uniform):
+        assert row.lower <= plain.upper and plain.lower <= row.upper
+        assert row.upper - row.lower <= 1.05 * (plain.upper - plain.lower) + 1e-9 * plain.upper
+
+
+def test_rows_with_few_sampled_steps_keep_uniform_cells(monkeypatch):
+    """A row whose prefix has fewer than 8 expected sampled steps reads single hits far
+    out in one step's tail, which a saddle exponent does not describe (as for the
+    refinement's graded cells).  Graded from the first row, this plan's first row (50
+    steps of a Gaussian at q = 1e-4, 0.005 hits) read [0.28202, 0.32166] against
+    [0.32160, 0.32162] on uniform cells at delta = 1e-12; its phases before the eighth
+    Laplace phase now keep uniform cells, and every row is as narrow as on uniform cells."""
+    parts = [Composed([(PoissonSampled(Gaussian(0.8), 1e-4), 50)]), Composed([(PoissonSampled(Laplace(2.0), 0.02), 50)])] * 10
+    (graded, _), (uniform, _) = _rows_graded_and_uniform(monkeypatch, parts, 1e-12)
     for row, plain in zip(graded, uniform):
         assert row.lower <= plain.upper and plain.lower <= row.upper
         assert row.upper - row.lower <= 1.05 * (plain.upper - plain.lower) + 1e-9 * plain.upper
