@@ -446,7 +446,7 @@ def test_the_prefix_pass_grades_its_cells_at_the_rows_exponents_at_no_cost_in_wi
     """The prefix pass discretises every phase again at the whole plan's step.  Graded at
     the range of the rows' saddle exponents (:func:`.prefixes.row_exponents`), its laws
     are evaluated at far fewer points than on uniform cells (a step's law spans about
-    11,000 steps at 10,000 phases, 1,700 of them graded), and every row's bracket is
+    11,000 steps at 10,000 phases, about 1,500 of them graded), and every row's bracket is
     about as narrow as on uniform cells and overlaps it.  Phases are graded from the first
     row with 8 expected sampled steps (here one a phase: the eighth)."""
     from dpforge.accounting.prv import prefixes
