@@ -11,7 +11,7 @@ import math
 from typing import Callable, Sequence
 
 from dpforge.accounting.prv import limits
-from dpforge.accounting.prv.evaluate import Evaluation, Refined, normal_epsilon, probe_step, refine
+from dpforge.accounting.prv.evaluate import Evaluation, Refined, _step_factor, normal_epsilon, probe_step, refine
 from dpforge.accounting.prv.exact import exact_delta, exact_epsilon
 from dpforge.accounting.prv.stand_in import STAND_IN_COMPONENTS, chosen_step, stand_in
 from dpforge.accounting.prv.total_variation import total_variation_bound
@@ -129,6 +129,7 @@ def _epsilon(
         tail: float,
         first_refinement: Callable[[float, float, float], float | None] | None = None,
         moments_from: list[Component] | None = None,
+        coarse_upper: tuple[tuple[str, ...], float] | None = None,
     ) -> Refined:
         """:func:`.evaluate.refine` of ``parts`` for this query (the plan, or its stand-in)."""
         sized = parts if moments_from is None else moments_from
@@ -145,6 +146,7 @@ def _epsilon(
             weight_at=lambda high: high if math.isfinite(high) else normal_epsilon(sized, delta, tail),
             first_refinement=first_refinement,
             moments_from=moments_from,
+            coarse_upper=coarse_upper,
         )
 
     if step is None:
@@ -154,6 +156,7 @@ def _epsilon(
     # a plan of many components sizes its grids, and chooses its first refinement's step,
     # on a stand-in of a few of them (:mod:`.stand_in`); its bounds are its own
     proxy = stand_in(components) if len(components) >= STAND_IN_COMPONENTS else None
+    coarse_upper = None
     if step is not None:
         step = require_positive("step", step)
         first, max_refinements = step, 0
@@ -164,7 +167,11 @@ def _epsilon(
             def first_refinement(tail: float, proposed: float, failing: float) -> float | None:
                 return _step_from_stand_in(proxy, relative_accuracy, tail, proposed, failing, refined_from)
 
-    refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy)
+            planned = _plan_from_stand_in(proxy, first, tail, delta, relative_accuracy, refined_from)
+            if planned is not None:
+                first, coarse_upper = planned
+
+    refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy, coarse_upper)
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
         raise LimitError(
@@ -207,6 +214,49 @@ def _step_from_stand_in(
         return (refined.high - refined.low) / refined.high
 
     return chosen_step(width_at, proposed, failing, relative_accuracy)
+
+
+def _plan_from_stand_in(
+    proxy: list[Component],
+    probe: float,
+    tail: float,
+    delta: float,
+    relative_accuracy: float,
+    refined_from: Callable[..., Refined],
+) -> tuple[float, tuple[tuple[str, ...], float] | None] | None:
+    """(the step a many-component plan is first evaluated at, (the directions its
+    stand-in ``proxy`` shows dominated, the ``probe`` step) or None), chosen on the
+    stand-in (:mod:`.stand_in`) in place of the plan's own probe; None (the plan is
+    probed as before) where the stand-in's evaluation at the probe step is tilted (the
+    plan's own probe decides tilting) or certifies no finite positive eps.
+
+    The plan's probe composed every component in every direction for both bounds at a
+    step that only fed the step model, whose proposal the stand-in then corrected
+    (:func:`_step_from_stand_in`): the stand-in's width at the probe step feeds the same
+    model and the same correction here, and the plan is evaluated once, at the step
+    chosen, with each dominated direction composed for its upper bound alone at the
+    probe step (:func:`.evaluate.refine`'s ``coarse_upper``, which composes it in full
+    where the plan's own bounds do not show it dominated).  10,000 phases of 10 steps
+    (the verify family) at delta = 1e-5: the probe took 8.6 of the call's 33 s.  No bound
+    comes from the stand-in: a poor likeness costs a further refinement of the plan,
+    which goes on as before (``first_refinement``)."""
+    try:
+        probed = refined_from(proxy, probe, 0, True, tail)
+    except LimitError:
+        return None
+    low, high = probed.low, probed.high
+    if probed.tilted or not (math.isfinite(high) and high > 0.0):
+        return None
+    dominated = probed.evaluation.dominated(delta)
+    coarse_upper = (dominated.directions, probe) if dominated is not None else None
+    if high - low <= relative_accuracy * high:
+        return probe, coarse_upper
+    # as the refinement's first round: the step model's proposal within 8x of the probe,
+    # corrected on the stand-in
+    proposed = probe * min(max(_step_factor(relative_accuracy * high, high - low, probe, []), 0.125), 1.0 / 1.5)
+    suggested = _step_from_stand_in(proxy, relative_accuracy, tail, proposed, probe, refined_from)
+    step = max(suggested, 0.125 * probe) if suggested is not None and suggested < probe else proposed
+    return step, coarse_upper
 
 
 def _without_grid(components: list[Component], delta: float, relative_accuracy: float) -> EpsilonResult | None:

@@ -125,10 +125,11 @@ def evaluate(
     exponents: Mapping[str, float] | None = None,
     cache: dict | None = None,
     chunks: ChunkOptions = ChunkOptions(),
+    only: Sequence[str] | None = None,
 ) -> Evaluation:
-    """Compose every direction at ``step``; directions already in ``settled`` (a
-    previous, coarser evaluation of only the dominated directions) are reused as they are:
-    their certified bounds stay valid.
+    """Compose every direction at ``step`` (those in ``only``, where given); directions
+    already in ``settled`` (a previous, coarser evaluation of only the dominated
+    directions) are reused as they are: their certified bounds stay valid.
 
     With ``tilt_at``, each composition is exponentially tilted so that its mean sits at
     that eps, and only losses from ``floor`` up are kept (:mod:`.tilt`): ``floor`` must be
@@ -151,7 +152,7 @@ def evaluate(
     done = set(settled.directions) if settled else set()
     directions = list(settled.directions) if settled else []
     for direction in directions_for(components):
-        if direction in done:
+        if direction in done or (only is not None and direction not in only):
             continue
         directions.append(direction)
         direction_step = atom_aligned_step(components, direction, step)
@@ -420,6 +421,38 @@ def _tighter(evaluation: Evaluation, finer: Evaluation, delta: float | None) -> 
     return Evaluation(finer.step, tuple(upper), tuple(lower), finer.directions)
 
 
+def no_lower_bound() -> ComposedProfile:
+    """The trivial lower profile: delta = 0 at every eps, so a lower bound of 0 on eps.
+    Certified for any direction (a hockey-stick divergence is never negative); it stands
+    for a direction composed for its upper bound alone (:func:`_coarse_uppers`)."""
+    return ComposedProfile("lower", np.empty(0), np.empty(0), 0.0, 0.0, 0)
+
+
+def _coarse_uppers(
+    components: Sequence[Component],
+    directions: Sequence[str],
+    step: float,
+    tail: float,
+    exponents: Mapping[str, float] | None,
+) -> Evaluation:
+    """``directions`` composed for their upper bound alone at ``step``, each with no lower
+    bound (:func:`no_lower_bound`): what a direction that another dominates needs, its
+    upper bound at or below the other's lower bound (:meth:`Evaluation.dominated`)."""
+    found = evaluate(components, step, tail, kinds=("upper",), exponents=exponents, only=directions)
+    return Evaluation(step, found.upper, tuple(no_lower_bound() for _ in found.directions), found.directions)
+
+
+def _without(evaluation: Evaluation, directions: Sequence[str]) -> Evaluation:
+    """``evaluation`` less ``directions``."""
+    keep = [index for index, direction in enumerate(evaluation.directions) if direction not in directions]
+    return Evaluation(
+        evaluation.step,
+        tuple(evaluation.upper[index] for index in keep),
+        tuple(evaluation.lower[index] for index in keep),
+        tuple(evaluation.directions[index] for index in keep),
+    )
+
+
 def _with_lower(evaluation: Evaluation, lower: Evaluation) -> Evaluation:
     """``evaluation`` with the lower profiles of ``lower`` (matched by direction)."""
     by_direction = dict(zip(lower.directions, lower.lower))
@@ -544,6 +577,7 @@ def refine(
     weight_at: Callable[[float], float] | None = None,
     first_refinement: Callable[[float, float, float], float | None] | None = None,
     moments_from: Sequence[Component] | None = None,
+    coarse_upper: tuple[Sequence[str], float] | None = None,
 ) -> Refined:
     """Shrink the grid step until the certified bracket is as narrow as asked (width ~ c h^2).
 
@@ -605,6 +639,17 @@ def refine(
     grids and staging (:func:`_direct_grid`) and estimates saddle exponents: each
     component's moments come from a coarse discretisation of its own (10,000 distinct
     steps: 4.2 of 31 s), and none of these choices bounds anything.
+
+    ``coarse_upper`` = (directions, coarse step): for an epsilon query whose probe is
+    neither staged nor fixed, these directions (expected to be dominated: a stand-in's
+    finding, :func:`.engine._plan_from_stand_in`) are composed at the probe for their
+    upper bound alone, at the coarse step, and kept so, with no lower bound, wherever
+    that upper bound is at or below another direction's lower bound at the probe
+    (:meth:`Evaluation.dominated`: they cannot raise the maximum, and the lower bound is
+    the other direction's); any other is composed at the probe's step as the rest are.
+    The bracket stays certified either way: each bound is the maximum of certified
+    bounds.  10,000 phases of the verify family at delta = 1e-5: the add direction's
+    upper chain at the probe step in place of both its chains at the step refined to.
     """
     sized = components if moments_from is None else moments_from
     model_step = step  # the error model's step, before any grid limit moves it
@@ -751,7 +796,32 @@ def refine(
             upper = evaluate(components, step, tail, kinds=("upper",), staged=True, exponents=exponents, cache=probe_measures)
         evaluation = Evaluation(step, upper.upper, staged_lower.lower, upper.directions)
     else:
-        evaluation = _evaluate_chains(components, step, tail, staged, upper_step, exponents=exponents, cache=probe_measures)
+        coarse = None
+        if coarse_upper is not None and delta is not None and not staged and not fixed:
+            try:
+                coarse = _coarse_uppers(components, coarse_upper[0], coarse_upper[1], tail, exponents)
+            except LimitError:
+                coarse = None
+        evaluation = _evaluate_chains(
+            components, step, tail, staged, upper_step, settled=coarse, exponents=exponents, cache=probe_measures
+        )
+        if coarse is not None:
+            # a direction kept at its coarse upper bound must lie at or below another
+            # direction's lower bound; any that does not is composed at the step
+            dominated = evaluation.dominated(delta)
+            kept = dominated.directions if dominated is not None else ()
+            undecided = [direction for direction in coarse.directions if direction not in kept]
+            if undecided:
+                evaluation = _evaluate_chains(
+                    components,
+                    step,
+                    tail,
+                    staged,
+                    upper_step,
+                    settled=_without(evaluation, undecided),
+                    exponents=exponents,
+                    cache=probe_measures,
+                )
     low, high = bounds_of(evaluation)
     probe_exponents = exponents
     learn(evaluation, high)

@@ -201,3 +201,74 @@ def test_the_widest_one_step_span_is_the_plans_own_when_moments_come_from_the_st
         sized = evaluate._moments(plan, direction, tail, proxy)
         assert sized[2] == own[2] > components_module.loss_moments(proxy, direction, tail)[2]
         assert sized[0] == pytest.approx(own[0], rel=0.05) and sized[1] == pytest.approx(own[1], rel=0.05)
+
+
+def _full_discretisations(monkeypatch, size: int) -> list[tuple[str, float, tuple]]:
+    """(direction, step, kinds) of every discretisation of all ``size`` components."""
+    evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
+    calls: list[tuple[str, float, tuple]] = []
+    original = evaluate.discretise_all
+
+    def spy(components, direction, step, tail, kinds, **options):
+        if len(components) == size:
+            calls.append((direction, step, tuple(kinds)))
+        return original(components, direction, step, tail, kinds, **options)
+
+    monkeypatch.setattr(evaluate, "discretise_all", spy)
+    return calls
+
+
+def test_a_many_component_plan_is_probed_on_its_stand_in(monkeypatch):
+    """The plan's own probe composed all 400 phases in both directions for both bounds
+    at a step that only fed the step model: the stand-in's probe chooses the step, the
+    plan is composed once there in its dominant direction ('remove'), and the dominated
+    one ('add') for its upper bound alone at the coarser probe step.  The bracket agrees
+    with the plan probed as before and is as narrow as asked."""
+    engine = importlib.import_module("dpforge.accounting.prv.engine")
+    description = Composed(_schedule(400, 10))
+    calls = _full_discretisations(monkeypatch, 400)
+    monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 100)
+    result = engine.epsilon(description, 1e-5)
+    assert result.accuracy["reached"]
+    kinds = sorted((direction, kind) for direction, _, kinds in calls for kind in kinds)
+    assert kinds == [("add", "upper"), ("remove", "lower"), ("remove", "upper")]
+    steps = {direction: step for direction, step, _ in calls}
+    assert steps["add"] > 2 * steps["remove"]
+    calls.clear()
+    monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 10**9)
+    probed = engine.epsilon(description, 1e-5)
+    assert ("add", ("lower",)) in [(direction, kinds) for direction, _, kinds in calls] and len(calls) >= 6
+    assert max(result.lower, probed.lower) <= min(result.upper, probed.upper)
+
+
+def test_a_direction_the_plan_does_not_show_dominated_is_composed_at_the_step():
+    """``coarse_upper`` names a direction expected to be dominated; where the plan's own
+    bounds at the probe do not show it so (here the dominant 'remove' itself), it is
+    composed at the probe's step for both bounds, and the bracket is the one the probe
+    gives without the option."""
+    evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
+    components = flatten(Composed(_schedule(40, 10)))
+    delta, step, tail = 1e-5, 2e-3, 1e-9
+
+    def refined(coarse_upper):
+        return evaluate.refine(
+            components, step, tail, 1e-3, lambda e: e.epsilon(delta), 0, delta=delta, coarse_upper=coarse_upper
+        )
+
+    plain = refined(None)
+    wrongly = refined((("remove",), 4 * step))
+    assert (wrongly.low, wrongly.high) == pytest.approx((plain.low, plain.high), rel=1e-12)
+    assert all(profile.grid_size > 0 for profile in wrongly.evaluation.lower)
+    rightly = refined((("add",), 4 * step))  # 'add' is dominated: kept at its coarse upper bound
+    assert rightly.low == pytest.approx(plain.low, rel=1e-12)
+    assert rightly.high == pytest.approx(plain.high, rel=1e-12)
+    add = rightly.evaluation.directions.index("add")
+    assert rightly.evaluation.lower[add].grid_size == 0 and rightly.evaluation.upper[add].epsilon(delta) <= rightly.low
+
+
+def test_no_lower_bound_certifies_nothing_and_never_fails():
+    evaluate = importlib.import_module("dpforge.accounting.prv.evaluate")
+    profile = evaluate.no_lower_bound()
+    assert profile.kind == "lower"
+    assert profile.epsilon(1e-12) == 0.0 and profile.delta(0.0) == 0.0 and profile.delta(5.0) == 0.0
+    assert profile.slope(1.0) == 0.0
