@@ -126,6 +126,8 @@ def evaluate(
     cache: dict | None = None,
     chunks: ChunkOptions = ChunkOptions(),
     only: Sequence[str] | None = None,
+    delta: float | None = None,
+    upper_bounds: Mapping[str, float] | None = None,
 ) -> Evaluation:
     """Compose every direction at ``step`` (those in ``only``, where given); directions
     already in ``settled`` (a previous, coarser evaluation of only the dominated
@@ -146,62 +148,89 @@ def evaluate(
     step, kind, staged, exponent), so that a second evaluation of the same grid (the
     tilted probe after the untilted one) composes them without discretising again.
 
-    ``chunks``: how staged chunks are built (:class:`ChunkOptions`)."""
+    ``chunks``: how staged chunks are built (:class:`ChunkOptions`).
+
+    For an epsilon query at ``delta``, the upper chains are composed first, and a
+    direction whose certified upper eps (its own, or ``upper_bounds``' from another grid)
+    is at or below a lower eps already certified (of a direction composed before it, or
+    settled) gets no lower chain (:func:`no_lower_bound`): its lower bound could not
+    raise the maximum.  The directions' lower chains go in order of their upper eps,
+    so the one that may set the maximum comes first (the verify family's 'add' direction
+    lies far below its 'remove' one: its lower chain was a quarter of every probe).
+    Sound either way: the bracket is the maximum of certified bounds."""
     upper: list[ComposedProfile] = list(settled.upper) if settled else []
     lower: list[ComposedProfile] = list(settled.lower) if settled else []
     done = set(settled.directions) if settled else set()
     directions = list(settled.directions) if settled else []
-    for direction in directions_for(components):
-        if direction in done or (only is not None and direction not in only):
-            continue
-        directions.append(direction)
+    fresh = [d for d in directions_for(components) if d not in done and (only is None or d in only)]
+    directions += fresh
+
+    def profile(direction: str, kind: str) -> ComposedProfile:
+        """One direction's composed profile of one bound."""
         direction_step = atom_aligned_step(components, direction, step)
         exponent = None if exponents is None else exponents.get(direction)
-        # one kind at a time: a ledger of 10,000 steps holds a GB of one-step measures per kind
-        for kind, out in (("upper", upper), ("lower", lower)):
-            if kind not in kinds:
-                continue
-            # with chunks.tilt, a tilted evaluation's staged lower chunks are also summed
-            # tilted, at the saddle exponent of the eps it reads
-            chunk_theta = 0.0
-            if chunks.tilt and staged and kind == "lower" and tilt_at is not None:
-                chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
-            key = (direction, direction_step, kind, staged, exponent, chunks, chunk_theta)
-            if cache is not None and key in cache:
-                measures = cache[key]
-            else:
-                measures = discretise_all(
-                    components,
-                    direction,
-                    direction_step,
-                    tail,
-                    (kind,),
-                    staged=staged,
-                    exponent=exponent,
-                    fine_scale=chunks.fine_scale,
-                    chunk_theta=chunk_theta,
-                    length_scale=chunks.length_scale,
-                )[kind]
-                if cache is not None:
-                    cache[key] = measures
-            theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget) if tilt_at is not None else (0.0, False)
-            if theta > 0.0:
+        # with chunks.tilt, a tilted evaluation's staged lower chunks are also summed
+        # tilted, at the saddle exponent of the eps it reads
+        chunk_theta = 0.0
+        if chunks.tilt and staged and kind == "lower" and tilt_at is not None:
+            chunk_theta = saddle_exponent(components, direction, tail, tilt_at)
+        key = (direction, direction_step, kind, staged, exponent, chunks, chunk_theta)
+        if cache is not None and key in cache:
+            measures = cache[key]
+        else:
+            measures = discretise_all(
+                components,
+                direction,
+                direction_step,
+                tail,
+                (kind,),
+                staged=staged,
+                exponent=exponent,
+                fine_scale=chunks.fine_scale,
+                chunk_theta=chunk_theta,
+                length_scale=chunks.length_scale,
+            )[kind]
+            if cache is not None:
+                cache[key] = measures
+        theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget) if tilt_at is not None else (0.0, False)
+        if theta > 0.0:
+            composed = compose_tilted(measures, tail, theta, floor, extended)
+            if (
+                not extended
+                and tilt_budget is not None
+                and extended_precision(measures)
+                and not allowance_fits(composed, measures[0][0].step, tilt_at, tilt_budget)
+            ):
+                # double was chosen on the estimated peak, and the composition's own
+                # allowance does not fit the budget: priced at the bound 1 (long
+                # double where double cannot fit), as it was before the estimate
+                theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget, estimate_peak=False)
                 composed = compose_tilted(measures, tail, theta, floor, extended)
-                if (
-                    not extended
-                    and tilt_budget is not None
-                    and extended_precision(measures)
-                    and not allowance_fits(composed, measures[0][0].step, tilt_at, tilt_budget)
-                ):
-                    # double was chosen on the estimated peak, and the composition's own
-                    # allowance does not fit the budget: priced at the bound 1 (long
-                    # double where double cannot fit), as it was before the estimate
-                    theta, extended = choose_tilt(measures, tilt_at, floor, tilt_budget, estimate_peak=False)
-                    composed = compose_tilted(measures, tail, theta, floor, extended)
-            else:
-                composed = compose(measures, tail)
-            del measures
-            out.append(composed.upper_profile() if kind == "upper" else composed.lower_profile())
+        else:
+            composed = compose(measures, tail)
+        del measures
+        return composed.upper_profile() if kind == "upper" else composed.lower_profile()
+
+    # one kind at a time: a ledger of 10,000 steps holds a GB of one-step measures per kind
+    uppers = {direction: profile(direction, "upper") for direction in fresh} if "upper" in kinds else {}
+    upper += [uppers[direction] for direction in fresh if direction in uppers]
+    if "lower" in kinds:
+        ceilings = {direction: math.inf for direction in fresh}
+        if delta is not None:
+            ceilings.update({d: bound for d, bound in (upper_bounds or {}).items() if d in ceilings})
+            ceilings.update({d: p.epsilon(delta) for d, p in uppers.items()})
+        # the direction that may set the maximum first; one whose certified upper eps is
+        # at or below a lower eps already certified cannot raise the lower bound
+        best = max((p.epsilon(delta) for p in lower), default=0.0) if delta is not None else math.inf
+        lowers = {}
+        for direction in sorted(fresh, key=lambda d: -ceilings[d]):
+            if delta is not None and ceilings[direction] <= best:
+                lowers[direction] = no_lower_bound()
+                continue
+            lowers[direction] = profile(direction, "lower")
+            if delta is not None:
+                best = max(best, lowers[direction].epsilon(delta))
+        lower += [lowers[direction] for direction in fresh]
     return Evaluation(step, tuple(upper), tuple(lower), tuple(directions))
 
 
@@ -386,18 +415,31 @@ def _evaluate_chains(
     exponents: Mapping[str, float] | None = None,
     cache: dict | None = None,
     chunks: ChunkOptions = ChunkOptions(),
+    delta: float | None = None,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
-    one grid at ``upper_step`` and only the lower chain staged at ``step``.
+    one grid at ``upper_step`` and only the lower chain staged at ``step``; for an
+    epsilon query at ``delta``, no lower chain for a direction already dominated
+    (:func:`evaluate`).
 
     Splitting is certified chain by chain: each chain's bound holds on any grid, so the
     pair (upper from one grid, lower from another) brackets the same true profile."""
     tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents, "cache": cache}
     if not staged or upper_step is None:
-        return evaluate(components, step, tail, staged=staged, settled=settled, chunks=chunks, **tilting)
+        return evaluate(components, step, tail, staged=staged, settled=settled, chunks=chunks, delta=delta, **tilting)
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
-    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, chunks=chunks, **tilting)
+    lower = evaluate(
+        components, step, tail, kinds=("lower",), staged=True, chunks=chunks, delta=delta, upper_bounds=_ceilings(upper, delta), **tilting
+    )
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
+
+
+def _ceilings(evaluation: Evaluation, delta: float | None) -> dict[str, float] | None:
+    """Each direction's certified upper eps at ``delta`` in ``evaluation`` (None without
+    a delta): what :func:`evaluate` skips dominated lower chains by."""
+    if delta is None:
+        return None
+    return {direction: profile.epsilon(delta) for direction, profile in zip(evaluation.directions, evaluation.upper)}
 
 
 def _tighter(evaluation: Evaluation, finer: Evaluation, delta: float | None) -> Evaluation:
@@ -754,7 +796,7 @@ def refine(
     direct_upper_tried = False  # a single-grid upper chain where both chains were staged (below)
     early_tilt = False
     if staged and upper_step is not None and tilt is not None and not fixed:
-        direct = evaluate(components, upper_step, tail, exponents=exponents, cache=probe_measures)
+        direct = evaluate(components, upper_step, tail, exponents=exponents, cache=probe_measures, delta=delta)
         direct_low, direct_high = bounds_of(direct)
         if math.isfinite(direct_low) and direct_low > 0.0:
             _, direct_floor, direct_level = tilt(direct_low, direct_high)
@@ -762,7 +804,17 @@ def refine(
         if early_tilt:
             evaluation = direct
         else:  # the direct upper chain is the probe's; its lower chain is staged as before
-            staged_lower = evaluate(components, step, tail, kinds=("lower",), staged=True, exponents=exponents, cache=probe_measures)
+            staged_lower = evaluate(
+                components,
+                step,
+                tail,
+                kinds=("lower",),
+                staged=True,
+                exponents=exponents,
+                cache=probe_measures,
+                delta=delta,
+                upper_bounds=_ceilings(direct, delta),
+            )
             # (labelled with the staged step, as _evaluate_chains labels a split evaluation:
             # the step a result reports, and that verify's prefix passes use)
             evaluation = dataclasses.replace(_tighter(direct, _with_lower(direct, staged_lower), delta), step=step)
@@ -803,7 +855,7 @@ def refine(
             except LimitError:
                 coarse = None
         evaluation = _evaluate_chains(
-            components, step, tail, staged, upper_step, settled=coarse, exponents=exponents, cache=probe_measures
+            components, step, tail, staged, upper_step, settled=coarse, exponents=exponents, cache=probe_measures, delta=delta
         )
         if coarse is not None:
             # a direction kept at its coarse upper bound must lie at or below another
@@ -821,6 +873,7 @@ def refine(
                     settled=_without(evaluation, undecided),
                     exponents=exponents,
                     cache=probe_measures,
+                    delta=delta,
                 )
     low, high = bounds_of(evaluation)
     probe_exponents = exponents
@@ -860,6 +913,7 @@ def refine(
                         exponents=probe_exponents,
                         cache=probe_measures,
                         chunks=_EARLY_CHUNKS if early_tilt else ChunkOptions(),
+                        delta=delta,
                     )
                 except LimitError:
                     # a tilted window past a named limit (sigma = 1.18, q = 1.1e-9, T = 22
@@ -1026,7 +1080,9 @@ def refine(
                 break
             try:
                 if upper_step is None:  # both chains are staged
-                    finer = _evaluate_chains(components, step, tail, True, None, exponents=exponents, chunks=chunks, **tilt_options())
+                    finer = _evaluate_chains(
+                        components, step, tail, True, None, exponents=exponents, chunks=chunks, delta=delta, **tilt_options()
+                    )
                 else:
                     settled = evaluation.dominated(delta) if delta is not None else None
                     lower_only = evaluate(
@@ -1038,6 +1094,8 @@ def refine(
                         settled=settled,
                         exponents=exponents,
                         chunks=chunks,
+                        delta=delta,
+                        upper_bounds=_ceilings(evaluation, delta),
                         **tilt_options(),
                     )
                     finer = _with_lower(evaluation, lower_only)
@@ -1117,11 +1175,21 @@ def refine(
         settled = evaluation.dominated(delta) if delta is not None and not staged else None
         try:
             if reuse_upper:
-                lower_only = evaluate(components, step, tail, kinds=("lower",), staged=True, exponents=exponents, **tilt_options())
+                lower_only = evaluate(
+                    components,
+                    step,
+                    tail,
+                    kinds=("lower",),
+                    staged=True,
+                    exponents=exponents,
+                    delta=delta,
+                    upper_bounds=_ceilings(evaluation, delta),
+                    **tilt_options(),
+                )
                 finer = dataclasses.replace(_with_lower(evaluation, lower_only), step=step)
             else:
                 finer = _evaluate_chains(
-                    components, step, tail, staged, upper_step, settled=settled, exponents=exponents, **tilt_options()
+                    components, step, tail, staged, upper_step, settled=settled, exponents=exponents, delta=delta, **tilt_options()
                 )
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
@@ -1182,7 +1250,7 @@ def refine(
         direct_step = last_step * last_grid / _UPPER_LIMIT
         if direct_step < last_step <= _narrowest_bulk(components) / _DIRECT_RESOLUTION:
             try:
-                finer = evaluate(components, direct_step, tail, exponents=exponents, **tilt_options())
+                finer = evaluate(components, direct_step, tail, exponents=exponents, delta=delta, **tilt_options())
             except LimitError:
                 finer = None
             if finer is not None:

@@ -40,16 +40,32 @@ def test_very_large_epsilon_is_bracketed(sigma, steps):
 @pytest.mark.parametrize(
     "description, options",
     [
-        (Composed([(PoissonSampled(Gaussian(1000.0), 1e-9), 100_000_000)]), {}),  # used 17 GiB
+        # used 17 GiB; at delta = 1e-5 it now needs no large grid (below)
+        (Composed([(PoissonSampled(Gaussian(1000.0), 1e-9), 100_000_000)]), {"delta": 1e-8}),
         (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"step": 5e-8}),  # step= skipped the cap
         (Composed([(PoissonSampled(Gaussian(1.0), 0.01), 1000)]), {"memory_budget": 1e4}),
     ],
     ids=["easy-huge-T", "tiny-step", "small-budget"],
 )
 def test_a_grid_over_the_budget_is_a_named_limit_before_allocation(description, options):
+    options = dict(options)
+    delta = options.pop("delta", 1e-5)
     with pytest.raises(LimitError, match="memory budget") as caught:
-        epsilon(description, 1e-5, **options)
+        epsilon(description, delta, **options)
     assert "\n" not in str(caught.value)
+
+
+def test_an_easy_query_whose_upper_bound_is_zero_needs_no_lower_chain():
+    """sigma = 1000, q = 1e-9, T = 1e8 at delta = 1e-5: the probe's upper chains certify
+    eps = 0 in both directions, so no lower chain can raise the lower bound above 0 and
+    none is composed; the lower chain's window (3.6e9 points, past the budget) raised a
+    LimitError before.  eps = 0 holds: the composition's total variation is at most
+    sqrt(T KL / 2) <= sqrt(T q^2 (e^{1/sigma^2} - 1) / 2) = 7e-9 (Pinsker; KL <= chi^2,
+    and chi^2 of the mixture is q^2 times the Gaussians')."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = epsilon(Composed([(PoissonSampled(Gaussian(1000.0), 1e-9), 100_000_000)]), 1e-5)
+    assert (result.lower, result.upper) == (0.0, 0.0) and result.accuracy["reached"]
 
 
 def test_the_budget_is_configurable_and_restored():

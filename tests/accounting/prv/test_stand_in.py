@@ -219,8 +219,8 @@ def _full_discretisations(monkeypatch, size: int) -> list[tuple[str, float, tupl
 
 
 def test_a_many_component_plan_is_probed_on_its_stand_in(monkeypatch):
-    """The plan's own probe composed all 400 phases in both directions for both bounds
-    at a step that only fed the step model: the stand-in's probe chooses the step, the
+    """The plan's own probe composed all 400 phases at a step that only fed the step
+    model: the stand-in's probe chooses the step, the
     plan is composed once there in its dominant direction ('remove'), and the dominated
     one ('add') for its upper bound alone at the coarser probe step.  The bracket agrees
     with the plan probed as before and is as narrow as asked."""
@@ -237,7 +237,8 @@ def test_a_many_component_plan_is_probed_on_its_stand_in(monkeypatch):
     calls.clear()
     monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 10**9)
     probed = engine.epsilon(description, 1e-5)
-    assert ("add", ("lower",)) in [(direction, kinds) for direction, _, kinds in calls] and len(calls) >= 6
+    # probed as before: 'remove' composed at the probe step and again at the step refined to
+    assert len({step for direction, step, _ in calls if direction == "remove"}) == 2 and len(calls) >= 5
     assert max(result.lower, probed.lower) <= min(result.upper, probed.upper)
 
 
