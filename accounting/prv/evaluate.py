@@ -466,7 +466,8 @@ def _tighter(evaluation: Evaluation, finer: Evaluation, delta: float | None) -> 
 def no_lower_bound() -> ComposedProfile:
     """The trivial lower profile: delta = 0 at every eps, so a lower bound of 0 on eps.
     Certified for any direction (a hockey-stick divergence is never negative); it stands
-    for a direction composed for its upper bound alone (:func:`_coarse_uppers`)."""
+    for a direction composed for its upper bound alone (:func:`_coarse_uppers`), or whose
+    lower chain could not raise the maximum over directions (:func:`evaluate`)."""
     return ComposedProfile("lower", np.empty(0), np.empty(0), 0.0, 0.0, 0)
 
 

@@ -51,8 +51,9 @@ def test_an_evaluation_at_delta_skips_the_dominated_lower_chain(monkeypatch):
     add = skipping.directions.index("add")
     assert skipping.lower[add].grid_size == 0 and skipping.lower[add].epsilon(delta) == 0.0
     assert skipping.upper[add].epsilon(delta) <= skipping.lower[1 - add].epsilon(delta)
-    # a delta query (no delta given) keeps every chain
+    # the same directions in the same order: only the skipped lower profile differs
     assert skipping.directions == every.directions
+    assert skipping.upper[add].epsilon(delta) == every.upper[add].epsilon(delta)
 
 
 def test_a_lower_chain_is_kept_wherever_its_direction_may_set_the_maximum(monkeypatch):
