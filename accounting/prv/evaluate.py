@@ -428,9 +428,8 @@ def _evaluate_chains(
     if not staged or upper_step is None:
         return evaluate(components, step, tail, staged=staged, settled=settled, chunks=chunks, delta=delta, **tilting)
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
-    lower = evaluate(
-        components, step, tail, kinds=("lower",), staged=True, chunks=chunks, delta=delta, upper_bounds=_ceilings(upper, delta), **tilting
-    )
+    ceilings = _ceilings(upper, delta)
+    lower = evaluate(components, step, tail, kinds=("lower",), staged=True, chunks=chunks, delta=delta, upper_bounds=ceilings, **tilting)
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
 
 
@@ -753,6 +752,21 @@ def refine(
                 estimates.append(max(coarse_end - fine_end, 0.0) / 3.0)
         return max(estimates, default=math.inf), coarser
 
+    def lower_chain_staged(reference: Evaluation, lower_step: float, **options) -> Evaluation:
+        """The staged lower chain at ``lower_step`` (``options``: :func:`evaluate`'s), with
+        no lower chain for a direction that ``reference``'s certified upper bounds show
+        dominated."""
+        return evaluate(
+            components,
+            lower_step,
+            tail,
+            kinds=("lower",),
+            staged=True,
+            delta=delta,
+            upper_bounds=_ceilings(reference, delta),
+            **options,
+        )
+
     def learn(evaluation: Evaluation, high: float) -> None:
         """Take the saddle exponents from the evaluation just made."""
         nonlocal exponents
@@ -805,17 +819,7 @@ def refine(
         if early_tilt:
             evaluation = direct
         else:  # the direct upper chain is the probe's; its lower chain is staged as before
-            staged_lower = evaluate(
-                components,
-                step,
-                tail,
-                kinds=("lower",),
-                staged=True,
-                exponents=exponents,
-                cache=probe_measures,
-                delta=delta,
-                upper_bounds=_ceilings(direct, delta),
-            )
+            staged_lower = lower_chain_staged(direct, step, exponents=exponents, cache=probe_measures)
             # (labelled with the staged step, as _evaluate_chains labels a split evaluation:
             # the step a result reports, and that verify's prefix passes use)
             evaluation = dataclasses.replace(_tighter(direct, _with_lower(direct, staged_lower), delta), step=step)
@@ -1086,18 +1090,8 @@ def refine(
                     )
                 else:
                     settled = evaluation.dominated(delta) if delta is not None else None
-                    lower_only = evaluate(
-                        components,
-                        step,
-                        tail,
-                        kinds=("lower",),
-                        staged=True,
-                        settled=settled,
-                        exponents=exponents,
-                        chunks=chunks,
-                        delta=delta,
-                        upper_bounds=_ceilings(evaluation, delta),
-                        **tilt_options(),
+                    lower_only = lower_chain_staged(
+                        evaluation, step, settled=settled, exponents=exponents, chunks=chunks, **tilt_options()
                     )
                     finer = _with_lower(evaluation, lower_only)
             except LimitError:
@@ -1176,17 +1170,7 @@ def refine(
         settled = evaluation.dominated(delta) if delta is not None and not staged else None
         try:
             if reuse_upper:
-                lower_only = evaluate(
-                    components,
-                    step,
-                    tail,
-                    kinds=("lower",),
-                    staged=True,
-                    exponents=exponents,
-                    delta=delta,
-                    upper_bounds=_ceilings(evaluation, delta),
-                    **tilt_options(),
-                )
+                lower_only = lower_chain_staged(evaluation, step, exponents=exponents, **tilt_options())
                 finer = dataclasses.replace(_with_lower(evaluation, lower_only), step=step)
             else:
                 finer = _evaluate_chains(
