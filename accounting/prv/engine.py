@@ -156,7 +156,7 @@ def _epsilon(
     # a plan of many components sizes its grids, and chooses its first refinement's step,
     # on a stand-in of a few of them (:mod:`.stand_in`); its bounds are its own
     proxy = stand_in(components) if len(components) >= STAND_IN_COMPONENTS else None
-    coarse_upper = None
+    planned = None  # (first step, coarse_upper) chosen on the stand-in (_plan_from_stand_in)
     if step is not None:
         step = require_positive("step", step)
         first, max_refinements = step, 0
@@ -168,10 +168,18 @@ def _epsilon(
                 return _step_from_stand_in(proxy, relative_accuracy, tail, proposed, failing, refined_from)
 
             planned = _plan_from_stand_in(proxy, first, tail, delta, relative_accuracy, refined_from)
-            if planned is not None:
-                first, coarse_upper = planned
 
-    refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy, coarse_upper)
+    if planned is None:
+        refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy)
+    else:
+        try:
+            refined = refined_from(components, planned[0], max_refinements, False, tail, first_refinement, proxy, planned[1])
+        except LimitError:
+            # the step the stand-in chose is finer than the probe's, and its grids can pass
+            # a named limit the probe's fit (400 phases of 10 steps under an 8 MB budget):
+            # the plan is probed as before, and a refinement past the limit keeps the
+            # bracket reached, flagged, as it did
+            refined = refined_from(components, first, max_refinements, False, tail, first_refinement, proxy)
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
         raise LimitError(

@@ -273,3 +273,20 @@ def test_no_lower_bound_certifies_nothing_and_never_fails():
     assert profile.kind == "lower"
     assert profile.epsilon(1e-12) == 0.0 and profile.delta(0.0) == 0.0 and profile.delta(5.0) == 0.0
     assert profile.slope(1.0) == 0.0
+
+
+def test_a_stand_in_step_past_the_budget_falls_back_to_the_probe(monkeypatch):
+    """The step the stand-in chooses is finer than the plan's probe step, so its one-step
+    measures can pass a memory budget the probe's fit: under 8 MB, 400 phases of 10 steps
+    raised a LimitError at the stand-in's step, where the probe and a refinement that
+    stops at the limit answer, flagged.  The plan is then probed as before."""
+    engine = importlib.import_module("dpforge.accounting.prv.engine")
+    from dpforge.errors import DpforgeAccuracyWarning
+
+    description = Composed(_schedule(400, 10))
+    monkeypatch.setattr(engine, "STAND_IN_COMPONENTS", 100)
+    with pytest.warns(DpforgeAccuracyWarning, match="looser than requested"):
+        limited = engine.epsilon(description, 1e-5, memory_budget=8e6)
+    assert not limited.accuracy["reached"] and math.isfinite(limited.upper)
+    free = engine.epsilon(description, 1e-5)
+    assert max(limited.lower, free.lower) <= min(limited.upper, free.upper)
