@@ -169,9 +169,8 @@ def _epsilon(
 
             planned = _plan_from_stand_in(proxy, first, tail, delta, relative_accuracy, refined_from)
 
-    if planned is None:
-        refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy)
-    else:
+    refined = None
+    if planned is not None:
         try:
             refined = refined_from(components, planned[0], max_refinements, False, tail, first_refinement, proxy, planned[1])
         except LimitError:
@@ -179,7 +178,9 @@ def _epsilon(
             # a named limit the probe's fit (400 phases of 10 steps under an 8 MB budget):
             # the plan is probed as before, and a refinement past the limit keeps the
             # bracket reached, flagged, as it did
-            refined = refined_from(components, first, max_refinements, False, tail, first_refinement, proxy)
+            refined = None
+    if refined is None:
+        refined = refined_from(components, first, max_refinements, step is not None, tail, first_refinement, proxy)
     evaluation, refinements, low, high = refined.evaluation, refined.refinements, refined.low, refined.high
     if not math.isfinite(high):
         raise LimitError(

@@ -15,13 +15,17 @@ three steps the plan was evaluated at, against 2.46e-2, 1.57e-3 and 2.035e-4; on
 phases 3.33e-2 and 5.80e-4 against 3.38e-2 and 5.74e-4.  Its evaluations cost a few
 hundredths of the plan's.
 
-:func:`stand_in` builds it.  At the refinement's first step from the plan's probe,
-:func:`chosen_step` evaluates the stand-in at the step the step model proposes: where
-its width holds, the proposal stands; where it does not (the miss above), the search
-goes on, on the stand-in alone, to a step it meets.  The plan is then evaluated there
-(:func:`.evaluate.refine`, ``first_refinement``), and every bound it reports comes from
-the plan's own evaluations: the stand-in decides only where to look, so a poor
-likeness costs time (a further refinement), never soundness.
+:func:`stand_in` builds it.  For an epsilon query the stand-in also stands in for the
+plan's probe (:func:`.engine._plan_from_stand_in`): its width at the probe step feeds the
+step model, :func:`chosen_step` evaluates it at the step the model proposes (where its
+width holds, the proposal stands; where it does not, the miss above, the search goes
+on, on the stand-in alone, to a step it meets), and the directions it shows dominated
+are composed for their upper bound alone at the probe step.  Where the stand-in's
+probe is tilted, or the chosen step passes a named limit, the plan is probed and the
+same search runs at the refinement's first step (:func:`.evaluate.refine`,
+``first_refinement``); a delta query only sizes its grids on the stand-in.  Every bound reported comes from the plan's own evaluations: the
+stand-in decides only where to look, so a poor likeness costs time (a further
+refinement), never soundness.
 """
 
 from __future__ import annotations
