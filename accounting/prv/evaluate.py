@@ -961,6 +961,19 @@ def refine(
     last_direct: tuple[float, int] | None = None  # (step, points) of the direct grid staged from
     last_resort_taken = False  # finer chunk grids for a law without atoms, once (below)
     upper_at_limit = 0  # the grid of a single-grid upper chain the loop left at _UPPER_LIMIT
+    past_limit_taken = False  # that chain composed past the limit, once (upper_past_limit)
+    # the staged lower chain's own error left after its last round on finer chunk grids,
+    # estimated at first order from that round's gain (None until such a round)
+    lower_estimate: float | None = None
+
+    def upper_past_limit(evaluation: Evaluation) -> Evaluation | None:
+        """``evaluation`` with its single-grid upper chain, left at ``_UPPER_LIMIT``,
+        composed once more on up to ``_UPPER_CHAIN_LIMIT`` points at the step model's step;
+        None where that grid passes a named limit (the memory budget)."""
+        factor = min(max(_step_factor(relative_accuracy * high, high - low, upper_step, upper_history), 0.125), 0.5)
+        options = {"exponents": exponents, **tilt_options()}
+        return with_upper_on(evaluation, upper_step * max(factor, upper_at_limit / _UPPER_CHAIN_LIMIT), options)
+
     while refinements < (0 if fixed or gave_up else max_refinements):
         width = high - low
         if not math.isfinite(high) or high < negligible or width <= relative_accuracy * high:
@@ -1034,6 +1047,25 @@ def refine(
                         continue  # met: the loop's test stops
             if upper_open and upper_first and upper_step is not None and _UPPER_ROOM * upper_grid > _UPPER_LIMIT:
                 upper_at_limit = upper_grid  # kept for a last resort past the limit (after the loop)
+                if (
+                    not past_limit_taken
+                    and lower_estimate is not None
+                    and lower_estimate < 0.5 * width <= 0.5 * _PAST_LIMIT_SHORTFALL * relative_accuracy * high
+                ):
+                    # ... taken now where the staged lower chain's last round shows that
+                    # chain is not what sets the width (its error left, at first order,
+                    # under half of it): the loop's next round would aim the chunk grids
+                    # at the whole width, for a fraction of it (sigma = 0.6, q = 1e-6,
+                    # T = 1e7 at delta = 1e-10: 4x finer chunk grids moved the lower end
+                    # 0.177840 -> 0.177963, then 2.5x finer 1.5 s for 0.177966, before
+                    # the upper chain's 10M points met the width from 0.178188 -> 0.178036)
+                    past_limit_taken = True
+                    finer = upper_past_limit(evaluation)
+                    if finer is not None:
+                        evaluation = finer
+                        high = min(high, bounds_of(evaluation)[1])
+                        refinements += 1
+                        continue
             if upper_open and upper_first and upper_step is not None and _UPPER_ROOM * upper_grid <= _UPPER_LIMIT:
                 factor = min(max(_step_factor(relative_accuracy * high, width, upper_step, upper_history), 0.125), 0.5)
                 upper_history.append((upper_step, width))
@@ -1099,6 +1131,10 @@ def refine(
             new_low, new_high = bounds_of(finer)
             old_low, old_high = bounds_of(evaluation)
             refinements += 1
+            # (first order in the chunk grid: what the chain gained over the factor
+            # its grids shrank by less one, erring large where it converges faster)
+            shrink = None if second_round else (_LAST_RESORT_SCALE if last_resort else factor)
+            lower_estimate = None if shrink is None else max(new_low - old_low, 0.0) / (shrink - 1.0)
             # the staged chain's own progress (the bracket may still hold a better bound
             # from a direct grid that a few more rounds overtake)
             gain = max(new_low - old_low, 0.0) + max(old_high - new_high, 0.0)
@@ -1206,6 +1242,7 @@ def refine(
     if (
         upper_at_limit
         and upper_open
+        and not past_limit_taken
         and upper_step is not None
         and relative_accuracy * high < high - low <= _PAST_LIMIT_SHORTFALL * relative_accuracy * high
     ):
@@ -1214,10 +1251,8 @@ def refine(
         # T = 1e7 at delta = 1e-10 reached 5.0M points and stopped 1.24e-3 wide): the chain
         # is composed once more, on up to _UPPER_CHAIN_LIMIT points at the step model's
         # step (there 10M, the width met); a grid past the memory budget leaves the
-        # bracket as it is
-        factor = min(max(_step_factor(relative_accuracy * high, high - low, upper_step, upper_history), 0.125), 0.5)
-        options = {"exponents": exponents, **tilt_options()}
-        finer = with_upper_on(evaluation, upper_step * max(factor, upper_at_limit / _UPPER_CHAIN_LIMIT), options)
+        # bracket as it is (:func:`upper_past_limit`)
+        finer = upper_past_limit(evaluation)
         if finer is not None:
             evaluation = finer
             high = min(high, bounds_of(evaluation)[1])

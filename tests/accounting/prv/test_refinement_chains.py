@@ -497,3 +497,22 @@ def test_an_upper_chain_short_of_the_width_is_refined_past_two_million_points(mo
     assert not limited.accuracy["reached"]
     assert limited.lower <= result.upper and result.lower <= limited.upper
     assert max(result.upper, limited.upper) <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+@pytest.mark.slow
+def test_the_upper_chain_goes_past_its_limit_once_the_lower_chain_is_not_what_sets_the_width(monkeypatch):
+    """sigma = 0.6, q = 1e-6, T = 1e7 at delta = 1e-10: with the upper chain at its grid
+    limit, the staged lower chain took its last resort (4x finer chunk grids: 0.177840 ->
+    0.177963) and then a round aimed at the whole width (2.5x finer again, 1.5 s for
+    0.177966), though its first-order error left (4e-5) was a fifth of the width and the
+    upper chain set the rest (0.178188 -> 0.178036 past its limit).  The chain past its
+    limit now comes before any chunk round finer than the last resort, and the width is
+    met with no such round.  Cross-check: RDP's upper bound lies above the bracket."""
+    description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-10)
+    past_limit = [i for i, record in enumerate(records) if record["kinds"] == ("upper",) and record["grid_size"] > 8 * 2**20]
+    assert past_limit, "the upper chain was never composed past its limit"
+    scales = [record["chunks"].fine_scale for record in records if "chunks" in record and record["kinds"] == ("lower",)]
+    assert max(scales) <= evaluate_module._LAST_RESORT_SCALE
+    assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
