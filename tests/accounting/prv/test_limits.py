@@ -3,6 +3,7 @@ numpy error escapes, very large epsilon in range (checked against the closed for
 
 from __future__ import annotations
 
+import importlib
 import math
 import warnings
 
@@ -197,13 +198,29 @@ def test_a_low_noise_rare_hit_law_is_bracketed():
         (0.1081, 0.535, 57_328_692, 2.12e-4),
     ],
 )
-def test_a_composition_without_finite_mass_on_the_grid_is_a_named_limit(sigma, rate, steps, target):
+def test_a_composition_without_finite_mass_on_the_grid_is_a_named_limit(sigma, rate, steps, target, monkeypatch):
     """Inputs found by a random sweep of the whole domain (sigma 0.05-1e4, q 1e-9-1, T
     1-1e8, delta 1e-300-0.9): a numpy error, and a ParameterError blaming valid
-    parameters; both are now the engine's named limit."""
+    parameters; both are now the engine's named limit.  (The probe that measures the
+    window with the staged chunks is forced: a direct probe now answers this one, below.)"""
+    monkeypatch.setattr(importlib.import_module("dpforge.accounting.prv.evaluate"), "_early_direct", lambda *a, **k: None)
     with pytest.raises(LimitError, match="engine='rdp'") as caught:
         epsilon(Composed([(PoissonSampled(Gaussian(sigma), rate), steps)]), target)
     assert not isinstance(caught.value, ParameterError)
+
+
+def test_a_direct_probe_brackets_what_the_staged_chunks_could_not_hold():
+    """sigma = 0.1081, q = 0.535, T = 57,328,692 at delta = 2.12e-4 (eps near 1.26e9): the
+    staged chunks put a quarter of their mass at +inf and the call raised the named limit
+    above.  The probe now measures the window with the upper chain alone and composes both
+    chains on one grid (:func:`evaluate._early_direct`): a certified bracket, flagged as
+    short of the width asked (1.7 %) with a warning, never silently; RDP's certified
+    upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(0.1081), 0.535), 57_328_692)])
+    with pytest.warns(DpforgeAccuracyWarning, match="relative width"):
+        result = epsilon(description, 2.12e-4)
+    assert not result.accuracy["reached"]
+    assert 1e9 < result.lower <= result.upper <= epsilon(description, 2.12e-4, engine="rdp").upper
 
 
 @pytest.mark.parametrize("target", [1e-5, 2.2291441641113264e-14])

@@ -46,6 +46,14 @@ def _recorded_evaluations(monkeypatch) -> list[dict]:
     return records
 
 
+def _without_early_direct(monkeypatch) -> None:
+    """The probe of a law whose two chains the spread model stages, as before the early
+    direct probe (:func:`evaluate._early_direct`): the staged lower chain, untilted,
+    measures the window first.  That path still serves every call the early probe does
+    not tilt; the tests of its levers force it where the early probe would take over."""
+    monkeypatch.setattr(evaluate_module, "_early_direct", lambda *args, **kwargs: None)
+
+
 def _pld_pessimistic(scale: float, rate: float, steps: int, target: float, interval: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution as pldm
 
@@ -352,6 +360,7 @@ def test_both_chains_staged_compose_the_upper_chain_on_one_grid(sigma, rate, tar
     (22 and 26 nats), so the upper chain is now composed once on one grid and refined
     there: both meet the width.  Cross-checks: the certified bracket of a fixed direct
     grid overlaps it, and RDP's upper bound lies above it."""
+    _without_early_direct(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(sigma), rate), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, target)
@@ -372,6 +381,7 @@ def test_a_probe_whose_window_needs_a_coarser_grid_composes_no_staged_upper_chai
     finest single grid that holds the window, and no staged upper chain is built.
     Cross-checks: the bracket overlaps a fixed grid's certified one, and RDP's certified
     upper bound lies above it."""
+    _without_early_direct(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, 1e-10)
@@ -394,6 +404,7 @@ def test_a_single_grid_upper_chain_short_of_the_width_is_aimed_again(monkeypatch
     24.87 (4 % wide).  Short of the width, it is composed once more, tilted at the middle
     of the bracket reached and kept from its lower end: the width is met.  Cross-check:
     RDP's upper bound lies above it."""
+    _without_early_direct(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.3), 1e-6), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
     recording = evaluate_module.evaluate
@@ -438,6 +449,7 @@ def test_a_staged_probe_composes_the_upper_chain_on_one_grid_where_the_measured_
     measures the window (22 nats): one grid at half the error model's step holds it, so
     the probe composes the upper chain there and builds no staged upper chunks (0.6 s).
     Cross-check: a fixed direct grid's certified bracket overlaps it."""
+    _without_early_direct(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.6), 1e-4), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, 1e-5)
@@ -516,3 +528,53 @@ def test_the_upper_chain_goes_past_its_limit_once_the_lower_chain_is_not_what_se
     scales = [record["chunks"].fine_scale for record in records if "chunks" in record and record["kinds"] == ("lower",)]
     assert max(scales) <= evaluate_module._LAST_RESORT_SCALE
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "sigma, rate, target, fixed_step",
+    [(0.6, 1e-5, 1e-10, 2e-5), (0.45, 1e-4, 1e-5, 5e-5)],
+)
+def test_a_probe_that_must_tilt_builds_no_untilted_staged_chunks(sigma, rate, target, fixed_step, monkeypatch):
+    """T = 1e7, both chains priced over the limit by the spread model: the probe built
+    the staged lower chain untilted to measure the window, and at delta = 1e-10 (sigma =
+    0.6, q = 1e-5) those chunks gave only the tilt's floor (1.372 of 1.521, 0.53 s of
+    2.2 s).  The window is now measured by the upper chain alone on one grid (the first
+    evaluation: upper only, untilted, not staged); where the direct bracket on the grid
+    that holds it must be tilted, every staged chunk is built tilted, at their first
+    length in the probe (sigma = 0.45, q = 1e-4 at 1e-5, 1,000 expected sampled steps:
+    chunks built long at once stopped short of the untilted ones).  The width is met;
+    a fixed grid's certified bracket overlaps it and RDP's upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(sigma), rate), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, target)
+    assert result.accuracy["tilted"]
+    assert records[0]["kinds"] == ("upper",) and not records[0].get("staged") and records[0].get("tilt_at") is None
+    assert records[1]["kinds"] == ("upper", "lower") and records[1]["step"] < records[0]["step"]
+    staged = [record for record in records if record.get("staged")]
+    chunks = [record.get("chunks", evaluate_module.ChunkOptions()) for record in staged]
+    assert staged and all(record.get("tilt_at") is not None for record in staged)
+    assert all(options.tilt for options in chunks) and chunks[0].length_scale == 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, target, step=fixed_step)
+    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    assert result.upper <= epsilon(description, target, engine="rdp").upper
+
+
+@pytest.mark.slow
+def test_chunk_rounds_after_a_direct_probe_gauge_the_staged_chain_itself(monkeypatch):
+    """sigma = 0.3, q = 1e-5, T = 1e7 at delta = 1e-5: after the early direct probe the
+    bracket's lower end is the direct chain's (31.2325), above the staged chain's own
+    (31.102, then 31.228 on 4x finer chunk grids).  Gauged on the bracket, the last
+    resort gained nothing, the chunk rounds stopped, and the call ended 1.1e-3 wide
+    (flagged); gauged on the chain itself it goes on to finer grids and meets the width
+    (31.2424).  RDP's upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-5), 10_000_000)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-5)
+    assert records[0]["kinds"] == ("upper",) and not records[0].get("staged")
+    scales = [record.get("chunks", evaluate_module.ChunkOptions()).fine_scale for record in records if record.get("staged")]
+    assert max(scales) > evaluate_module._LAST_RESORT_SCALE
+    assert result.upper <= epsilon(description, 1e-5, engine="rdp").upper
