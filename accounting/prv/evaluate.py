@@ -1359,11 +1359,11 @@ def _early_direct(
     low, high = bounds_of(direct)
     if not (math.isfinite(low) and low > 0.0 and math.isfinite(high)):
         return None
-    # tilted however far the direct lower end lies below eps: the round-off share read
-    # from the bracket's upper end (the least it can be at any floor up to eps) already
-    # passes the bar
-    _, _, level = tilt(low, high)
-    if roundoff_in_delta(direct, high) <= _ROUNDOFF_SHARE * relative_accuracy * level:
+    # tilted however far the direct lower end lies below eps: for an epsilon query the
+    # round-off share read at the bracket's upper end (the least it can be at any floor up
+    # to eps) already passes the bar; a delta query's floor is its eps, known
+    _, floor, level = tilt(low, high)
+    if roundoff_in_delta(direct, high if delta is not None else floor) <= _ROUNDOFF_SHARE * relative_accuracy * level:
         return None
     return direct, direct_step
 

@@ -46,6 +46,15 @@ def _recorded_evaluations(monkeypatch) -> list[dict]:
     return records
 
 
+def _overlaps_a_fixed_grid(description, target: float, step: float, result) -> None:
+    """Cross-check: the certified bracket of ``epsilon(description, target, step=step)``
+    (one fixed grid, no refinement; its accuracy warning ignored) overlaps ``result``'s."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
+        fixed = epsilon(description, target, step=step)
+    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+
+
 def _without_early_direct(monkeypatch) -> None:
     """The probe of a law whose two chains the spread model stages, as before the early
     direct probe (:func:`evaluate._early_direct`): the staged lower chain, untilted,
@@ -207,10 +216,7 @@ def test_rare_hits_go_on_to_the_largest_direct_grid_before_staging():
     assert result.accuracy["reached"]
     assert result.lower > 0.00139  # not the staged chunks' 0.0013796
     assert 0 < result.upper - result.lower <= 1e-3 * result.upper
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        fixed = epsilon(description, 1e-15, step=2e-7)
-    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    _overlaps_a_fixed_grid(description, 1e-15, 2e-7, result)
     assert result.upper <= epsilon(description, 1e-15, engine="rdp").upper
 
 
@@ -365,10 +371,7 @@ def test_both_chains_staged_compose_the_upper_chain_on_one_grid(sigma, rate, tar
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, target)
     assert records[0]["staged"] and any(record["kinds"] == ("upper",) and not record.get("staged") for record in records)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        fixed = epsilon(description, target, step=reference_step)
-    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    _overlaps_a_fixed_grid(description, target, reference_step, result)
     assert result.upper <= epsilon(description, target, engine="rdp").upper
 
 
@@ -388,10 +391,7 @@ def test_a_probe_whose_window_needs_a_coarser_grid_composes_no_staged_upper_chai
     assert records[0]["staged"] and records[0]["kinds"] == ("lower",)
     assert records[1]["kinds"] == ("upper",) and not records[1].get("staged") and records[1].get("tilt_at") is None
     assert not any(record.get("staged") and "upper" in record["kinds"] for record in records)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        fixed = epsilon(description, 1e-10, step=5e-5)
-    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    _overlaps_a_fixed_grid(description, 1e-10, 5e-5, result)
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
 
 
@@ -455,10 +455,7 @@ def test_a_staged_probe_composes_the_upper_chain_on_one_grid_where_the_measured_
     result = _meets_the_width(description, 1e-5)
     assert records[0]["staged"] and records[0]["kinds"] == ("lower",)
     assert not any(record.get("staged") and "upper" in record["kinds"] for record in records)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        fixed = epsilon(description, 1e-5, step=5e-5)
-    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    _overlaps_a_fixed_grid(description, 1e-5, 5e-5, result)
 
 
 def test_a_tilted_probe_past_a_named_limit_leaves_the_certified_bracket_flagged(monkeypatch):
@@ -556,10 +553,7 @@ def test_a_probe_that_must_tilt_builds_no_untilted_staged_chunks(sigma, rate, ta
     chunks = [record.get("chunks", evaluate_module.ChunkOptions()) for record in staged]
     assert staged and all(record.get("tilt_at") is not None for record in staged)
     assert all(options.tilt for options in chunks) and chunks[0].length_scale == 1.0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        fixed = epsilon(description, target, step=fixed_step)
-    assert fixed.lower <= result.upper and result.lower <= fixed.upper
+    _overlaps_a_fixed_grid(description, target, fixed_step, result)
     assert result.upper <= epsilon(description, target, engine="rdp").upper
 
 
