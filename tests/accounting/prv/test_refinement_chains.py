@@ -527,7 +527,6 @@ def test_the_upper_chain_goes_past_its_limit_once_the_lower_chain_is_not_what_se
     assert result.upper <= epsilon(description, 1e-10, engine="rdp").upper
 
 
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "sigma, rate, target, fixed_step",
