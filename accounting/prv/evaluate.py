@@ -815,14 +815,20 @@ def refine(
     ]
     direct_upper_tried = False  # a single-grid upper chain where both chains were staged (below)
     early_tilt = False
-    early_direct = None  # both chains direct where the spread model staged them, tilting at once
+    # both chains direct where the spread model staged them, tilting at once (evaluation,
+    # step), and the direct probe that decided it (its upper chain serves the probe below
+    # where it does not tilt)
+    early_direct: tuple[Evaluation, float] | None = None
+    direct_probe: _DirectProbe | None = None
     # the staged lower chain's own lower end (after an early direct probe, whose direct
     # lower chain the bracket can keep above it): the chunk rounds gauge their gain on it
     chain_low: float | None = None
     if staged and upper_step is None and tilt is not None and not fixed and not any(with_atoms):
-        early_direct = _early_direct(
+        direct_probe = _early_direct(
             components, step, model_step, tail, exponents, probe_measures, delta, tilt, bounds_of, relative_accuracy
         )
+        if direct_probe is not None and direct_probe.evaluation is not None:
+            early_direct = (direct_probe.evaluation, direct_probe.step)
     if early_direct is not None:
         evaluation, upper_step = early_direct
         early_tilt = direct_upper_tried = True
@@ -859,11 +865,17 @@ def refine(
         upper = None
         direct_upper_tried = True
         direct_step = max(min(0.5 * model_step, step), span / _DIRECT_LIMIT)
-        try:
-            upper = evaluate(components, direct_step, tail, kinds=("upper",), exponents=exponents, cache=probe_measures)
-            upper_step = direct_step
-        except LimitError:
-            upper = None
+        if direct_probe is not None:
+            # the direct probe composed the upper chain already, on the finest grid within
+            # the limit that holds the window that chain itself measured (the staged lower
+            # chain's stands in for it here, and differs by about a percent)
+            upper, upper_step = direct_probe.upper, direct_probe.step
+        else:
+            try:
+                upper = evaluate(components, direct_step, tail, kinds=("upper",), exponents=exponents, cache=probe_measures)
+                upper_step = direct_step
+            except LimitError:
+                upper = None
         if upper is None:
             direct_upper_tried = False
             upper = evaluate(components, step, tail, kinds=("upper",), staged=True, exponents=exponents, cache=probe_measures)
@@ -1312,6 +1324,16 @@ def refine(
     return Refined(evaluation, refinements, low, high, tilted, tail)
 
 
+@dataclass(frozen=True)
+class _DirectProbe:
+    """What :func:`_early_direct` composed: the upper chain on one direct grid at ``step``
+    and, where the probe tilts at once, the evaluation of both chains there."""
+
+    step: float
+    upper: Evaluation
+    evaluation: Evaluation | None
+
+
 def _early_direct(
     components: Sequence[Component],
     step: float,
@@ -1323,27 +1345,31 @@ def _early_direct(
     tilt: Callable[[float, float], tuple[float, float, float]],
     bounds_of: Callable[[Evaluation], tuple[float, float]],
     relative_accuracy: float,
-) -> tuple[Evaluation, float] | None:
-    """(evaluation, direct step) of a probe whose two chains the spread model staged (a
-    law without atoms), where one direct grid holds the window and that grid's bracket
-    shows the composition must be tilted whatever its eps; None otherwise (the probe goes
-    on as before: the staged lower chain measures the window, untilted, :func:`refine`).
+) -> _DirectProbe | None:
+    """The direct probe of a law whose two chains the spread model staged (a law without
+    atoms): the upper chain on one direct grid that holds the window, and, where that
+    chain shows the composition must be tilted whatever its eps, the evaluation of both
+    chains there (``evaluation``; None otherwise: the probe goes on as before, the staged
+    lower chain measuring the window untilted, :func:`refine`, which takes this upper
+    chain as its single-grid one).  None where no direct grid finer than
+    ``step`` holds the window or one passes a named limit.
 
     The window is measured by the upper chain alone on one grid at the staged ``step``
-    (its span in nats hardly depends on the step); both chains are then composed direct
+    (its span in nats hardly depends on the step); the chains are then composed direct
     at half the error model's step, or the finest step whose grid holds that window, as
     :func:`refine`'s probe does where the model prices one grid right.  Certified at any
     step: a direct lower chain on a grid coarser than a one-step bulk is only looser,
     and here serves as the tilt's floor, which the untilted staged chunks gave at three
     to ten times the cost before tilted chunks replaced them (sigma = 0.6, q = 1e-5,
     T = 1e7 at delta = 1e-10: 0.53 s of untilted chunks for a lower end of 1.372 of
-    1.521).  The round-off share is read at the direct bracket's upper end, the least it
+    1.521).  The round-off share is read at the upper chain's own bound, the least it
     can be at any floor up to eps (:func:`roundoff_in_delta` falls with its argument), so
-    a call is tilted here only where the untilted probe would tilt it too.  The tilted
-    probe then builds its chunks tilted at their first length, and the longer ones come
-    as the second round (:func:`refine`): built long at once, as where a single grid
-    probes, they stopped short for many hits (sigma = 0.45, q = 1e-4, T = 1e7 at
-    delta = 1e-5: 22.070 against 22.093 untilted, and 1.9 s against 0.7 s to the width)."""
+    a call is tilted here only where the untilted probe would tilt it too, and the lower
+    chain is composed only then.  The tilted probe then builds its chunks tilted at their
+    first length, and the longer ones come as the second round (:func:`refine`): built
+    long at once, as where a single grid probes, they stopped short for many hits
+    (sigma = 0.45, q = 1e-4, T = 1e7 at delta = 1e-5: 22.070 against 22.093 untilted, and
+    1.9 s against 0.7 s to the width)."""
     try:
         window = evaluate(components, step, tail, kinds=("upper",), exponents=exponents, cache=cache)
     except LimitError:
@@ -1353,19 +1379,37 @@ def _early_direct(
     if direct_step >= step:
         return None
     try:
-        direct = evaluate(components, direct_step, tail, exponents=exponents, cache=cache, delta=delta)
+        upper = evaluate(components, direct_step, tail, kinds=("upper",), exponents=exponents, cache=cache)
     except LimitError:
         return None
-    low, high = bounds_of(direct)
-    if not (math.isfinite(low) and low > 0.0 and math.isfinite(high)):
-        return None
-    # tilted however far the direct lower end lies below eps: for an epsilon query the
-    # round-off share read at the bracket's upper end (the least it can be at any floor up
+    probe = _DirectProbe(direct_step, upper, None)
+    # tilted however far eps lies below the upper bound: for an epsilon query the
+    # round-off share read at the upper chain's bound (the least it can be at any floor up
     # to eps) already passes the bar; a delta query's floor is its eps, known
-    _, floor, level = tilt(low, high)
-    if roundoff_in_delta(direct, high if delta is not None else floor) <= _ROUNDOFF_SHARE * relative_accuracy * level:
-        return None
-    return direct, direct_step
+    _, high = bounds_of(Evaluation(direct_step, upper.upper, tuple(no_lower_bound() for _ in upper.upper), upper.directions))
+    _, floor, level = tilt(0.0, high)
+    if not math.isfinite(high) or roundoff_in_delta(upper, high if delta is not None else floor) <= (
+        _ROUNDOFF_SHARE * relative_accuracy * level
+    ):
+        return probe
+    try:
+        lower = evaluate(
+            components,
+            direct_step,
+            tail,
+            kinds=("lower",),
+            exponents=exponents,
+            cache=cache,
+            delta=delta,
+            upper_bounds=_ceilings(upper, delta),
+        )
+    except LimitError:
+        return probe
+    direct = _with_lower(upper, lower)
+    low, _ = bounds_of(direct)
+    if not (math.isfinite(low) and low > 0.0):
+        return probe
+    return dataclasses.replace(probe, evaluation=direct)
 
 
 def _step_factor(goal: float, width: float, step: float, history: Sequence[tuple[float, float]]) -> float:

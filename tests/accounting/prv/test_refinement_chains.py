@@ -537,8 +537,9 @@ def test_a_probe_that_must_tilt_builds_no_untilted_staged_chunks(sigma, rate, ta
     the staged lower chain untilted to measure the window, and at delta = 1e-10 (sigma =
     0.6, q = 1e-5) those chunks gave only the tilt's floor (1.372 of 1.521, 0.53 s of
     2.2 s).  The window is now measured by the upper chain alone on one grid (the first
-    evaluation: upper only, untilted, not staged); where the direct bracket on the grid
-    that holds it must be tilted, every staged chunk is built tilted, at their first
+    evaluation: upper only, untilted, not staged); where the upper chain on the grid
+    that holds it shows the call must be tilted, the lower chain is composed there too
+    and every staged chunk is built tilted, at their first
     length in the probe (sigma = 0.45, q = 1e-4 at 1e-5, 1,000 expected sampled steps:
     chunks built long at once stopped short of the untilted ones).  The width is met;
     a fixed grid's certified bracket overlaps it and RDP's upper bound lies above it."""
@@ -547,7 +548,9 @@ def test_a_probe_that_must_tilt_builds_no_untilted_staged_chunks(sigma, rate, ta
     result = _meets_the_width(description, target)
     assert result.accuracy["tilted"]
     assert records[0]["kinds"] == ("upper",) and not records[0].get("staged") and records[0].get("tilt_at") is None
-    assert records[1]["kinds"] == ("upper", "lower") and records[1]["step"] < records[0]["step"]
+    # both chains direct on one finer grid: the upper chain, then (tilting) the lower one
+    assert [record["kinds"] for record in records[1:3]] == [("upper",), ("lower",)]
+    assert records[1]["step"] == records[2]["step"] < records[0]["step"] and not records[2].get("staged")
     staged = [record for record in records if record.get("staged")]
     chunks = [record.get("chunks", evaluate_module.ChunkOptions()) for record in staged]
     assert staged and all(record.get("tilt_at") is not None for record in staged)
@@ -571,3 +574,23 @@ def test_chunk_rounds_after_a_direct_probe_gauge_the_staged_chain_itself(monkeyp
     scales = [record.get("chunks", evaluate_module.ChunkOptions()).fine_scale for record in records if record.get("staged")]
     assert max(scales) > evaluate_module._LAST_RESORT_SCALE
     assert result.upper <= epsilon(description, 1e-5, engine="rdp").upper
+
+
+def test_a_direct_probe_that_does_not_tilt_hands_its_upper_chain_to_the_probe(monkeypatch):
+    """sigma = 0.567, q = 0.21, T = 1.2M at delta = 1e-5 (the random sweep; eps near
+    157,000): both chains staged, and the direct probe finds no tilt needed.  It had
+    composed both chains on its direct grid, and the probe then composed the upper chain
+    again on a grid 1 % finer (the staged lower chain's window): 2.4x the call's time
+    without the direct probe.  Now only the upper chain is composed there, and the probe
+    takes it: after the window's and that one, the only evaluation is the staged lower
+    chain.  Cross-check: the bracket overlaps the one the probe gives without the direct
+    probe (each certified), and both meet the width."""
+    description = Composed([(PoissonSampled(Gaussian(0.5672349161773901), 0.21183911897067656), 1_198_807)])
+    records = _recorded_evaluations(monkeypatch)
+    result = _meets_the_width(description, 1e-5)
+    assert not result.accuracy["tilted"]
+    assert [record["kinds"] for record in records] == [("upper",), ("upper",), ("lower",)]
+    assert records[1]["step"] < records[0]["step"] and records[2].get("staged")
+    _without_early_direct(monkeypatch)
+    before = _meets_the_width(description, 1e-5)
+    assert before.lower <= result.upper and result.lower <= before.upper
