@@ -528,6 +528,26 @@ def test_the_upper_chain_goes_past_its_limit_once_the_lower_chain_is_not_what_se
 
 
 @pytest.mark.slow
+def test_an_upper_chain_is_not_composed_twice_on_one_grid_after_the_loop(monkeypatch):
+    """sigma = 0.6, q = 1e-6, T = 1e7 at delta = 1e-10, asked for 3e-4 with the step past
+    the limit allowed where the call is up to 4x short: after the loop the upper chain,
+    left at its limit, is aimed again at half its step (10M points), and the call is still
+    short.  The step past the limit then took the step model's step, clipped to that same
+    half, and composed the same 10M-point grid a second time (1.3 s) for the same bracket;
+    a grid no finer than the one just composed is now skipped.  The bracket is certified
+    and flagged, and RDP's upper bound lies above it."""
+    description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
+    monkeypatch.setattr(evaluate_module, "_PAST_LIMIT_SHORTFALL", 4.0)
+    records = _recorded_evaluations(monkeypatch)
+    with pytest.warns(DpforgeAccuracyWarning, match="relative width"):
+        result = epsilon(description, 1e-10, relative_accuracy=3e-4)
+    past_limit = [record for record in records if record["kinds"] == ("upper",) and record["grid_size"] > 8 * 2**20]
+    assert len(past_limit) == 1
+    assert not result.accuracy["reached"] and result.upper - result.lower > 3e-4 * result.upper
+    assert 0.17 < result.lower <= result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "sigma, rate, target, fixed_step",
     [(0.6, 1e-5, 1e-10, 2e-5), (0.45, 1e-4, 1e-5, 5e-5)],
@@ -571,6 +591,10 @@ def test_chunk_rounds_after_a_direct_probe_gauge_the_staged_chain_itself(monkeyp
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, 1e-5)
     assert records[0]["kinds"] == ("upper",) and not records[0].get("staged")
+    # the direct probe tilted: both chains direct on one grid, whose lower end the
+    # bracket keeps above the staged chain's
+    assert [record["kinds"] for record in records[1:3]] == [("upper",), ("lower",)]
+    assert records[1]["step"] == records[2]["step"] and not records[2].get("staged")
     scales = [record.get("chunks", evaluate_module.ChunkOptions()).fine_scale for record in records if record.get("staged")]
     assert max(scales) > evaluate_module._LAST_RESORT_SCALE
     assert result.upper <= epsilon(description, 1e-5, engine="rdp").upper
