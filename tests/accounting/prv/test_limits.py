@@ -200,9 +200,11 @@ def test_a_low_noise_rare_hit_law_is_bracketed():
 )
 def test_a_composition_without_finite_mass_on_the_grid_is_a_named_limit(sigma, rate, steps, target, monkeypatch):
     """Inputs found by a random sweep of the whole domain (sigma 0.05-1e4, q 1e-9-1, T
-    1-1e8, delta 1e-300-0.9): a numpy error, and a ParameterError blaming valid
-    parameters; both are now the engine's named limit.  (The probe that measures the
-    window with the staged chunks is forced: a direct probe now answers this one, below.)"""
+    1-1e8, delta 1e-300-0.9) raised a numpy error or a ParameterError blaming valid
+    parameters; where staged chunks put mass at +inf they now raise the engine's named
+    limit.  One such input is left here, on the probe that measures the window with the
+    staged chunks (forced: a direct probe now answers this input, below; that probe still
+    serves every call the direct probe does not tilt)."""
     monkeypatch.setattr(importlib.import_module("dpforge.accounting.prv.evaluate"), "_early_direct", lambda *a, **k: None)
     with pytest.raises(LimitError, match="engine='rdp'") as caught:
         epsilon(Composed([(PoissonSampled(Gaussian(sigma), rate), steps)]), target)
