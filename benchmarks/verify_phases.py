@@ -4,12 +4,12 @@
     python benchmarks/verify_phases.py [PHASES ...] [--rows every|last|both] [--steps N]
                                                           (default: 10 100, every, 10)
 
-Phase i of K is a Gaussian with sigma_i = 0.8 + 0.4 i/(K-1), q = 0.01, 10 steps, at
-delta = 1e-5 (the S2 family of compare_peers.py, scaled); ``--steps 1`` makes each phase
-one step (a ledger with a noise schedule per step: the S3 family at 10,000 phases).
-After one untimed warm-up call, prints the time, the whole plan's bracket, and the widest
-cumulative row
-(relative to its upper bound) with the number of rows wider than the 1e-3 asked;
+Phase i of K is a Gaussian with sigma_i = 0.8 + 0.4 i/(K-1), q = 0.01, ``--steps`` steps
+(default 10), at delta = 1e-5 (the S2 family of compare_peers.py, scaled); ``--steps 1``
+makes each phase one step (a ledger with a noise multiplier per step: the S3 family at
+10,000 phases).  After one untimed warm-up call, prints the time, the whole plan's
+bracket, and the widest cumulative row (relative to its upper bound) with the number of
+rows wider than the 1e-3 asked;
 ``--rows last`` times ``verify_plan(plan, rows="last")`` (the whole plan's verdict
 without the table), ``both`` the two in turn on each plan.  Works against dpforge 0.1
 as well (plans lived in dpforge.accounting.plan there), so two revisions can be
@@ -32,8 +32,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("phases", nargs="*", type=int, default=[10, 100])
     parser.add_argument("--rows", choices=("every", "last", "both"), default="every")
-    parser.add_argument("--steps", type=int, default=10, help="steps of each phase (default 10)")
+    parser.add_argument("--steps", type=int, default=10, help="steps of each phase, at least 1 (default 10)")
     args = parser.parse_args()
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}")
     modes = ("every", "last") if args.rows == "both" else (args.rows,)
     # untimed warm-up: the first call also loads the compiled kernels (about 0.3 s)
     verify_plan(Plan(delta=1e-5, phases=tuple(Phase("gaussian", 1.0 + 0.1 * i, sampling_rate=0.01, steps=10) for i in range(5))))

@@ -534,8 +534,9 @@ def test_an_upper_chain_is_not_composed_twice_on_one_grid_after_the_loop(monkeyp
     left at its limit, is aimed again at half its step (10M points), and the call is still
     short.  The step past the limit then took the step model's step, clipped to that same
     half, and composed the same 10M-point grid a second time (1.3 s) for the same bracket;
-    a grid no finer than the one just composed is now skipped.  The bracket is certified
-    and flagged, and RDP's upper bound lies above it."""
+    a grid no finer than the one just composed is now skipped, so the call composes one
+    grid past the limit.  The bracket is certified and flagged, and RDP's upper bound lies
+    above it."""
     description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
     monkeypatch.setattr(evaluate_module, "_PAST_LIMIT_SHORTFALL", 4.0)
     records = _recorded_evaluations(monkeypatch)
