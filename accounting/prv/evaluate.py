@@ -1002,6 +1002,8 @@ def refine(
     finest_upper: float | None = None
 
     def finer_than_before(candidate: float) -> bool:
+        """Whether a single-grid upper chain at step ``candidate`` would be finer than any
+        composed past the limit or aimed again so far."""
         return finest_upper is None or candidate < finest_upper * (1.0 - 1e-9)
     # the staged lower chain's own error left after its last round on finer chunk grids,
     # estimated at first order from that round's gain (None until such a round)
