@@ -803,6 +803,19 @@ def _split_spectra(placed: np.ndarray, counts: np.ndarray, size: int) -> tuple[n
     return out, keep, pruned
 
 
+def chernoff_window(lam: np.ndarray, cumulant: np.ndarray, log_tail: float) -> tuple[float, float]:
+    """(bottom, top) of the window outside which the composed law's Chernoff tails
+    (``cumulant`` at ``lam``) are below e^{log_tail} on each side (:func:`no_finite_window`
+    where there is none)."""
+    positive = lam > 0
+    with np.errstate(invalid="ignore"):
+        top = float(np.min((cumulant[positive] - log_tail) / lam[positive]))
+        bottom = float(np.max((cumulant[~positive] - log_tail) / lam[~positive]))
+    if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
+        raise no_finite_window()
+    return bottom, top
+
+
 def fft_window(
     measures: Sequence[tuple[GridMeasure, int]],
     weights: Sequence[np.ndarray],
@@ -824,12 +837,7 @@ def fft_window(
     (positions, window masses, the raw aliased composition, the most that dropping those
     frequencies can move an entry: the caller adds it to the per-entry allowance)."""
     step = measures[0][0].step
-    positive = lam > 0
-    with np.errstate(invalid="ignore"):
-        top = float(np.min((cumulant[positive] - log_tail) / lam[positive]))
-        bottom = float(np.max((cumulant[~positive] - log_tail) / lam[~positive]))
-    if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
-        raise no_finite_window()
+    bottom, top = chernoff_window(lam, cumulant, log_tail)
     check_grid((top - bottom) / step + 3, "the FFT window of the composition")
     size = sp_fft.next_fast_len(int(math.ceil((top - bottom) / step)) + 3, real=True)
     real = np.longdouble if extended else np.float64

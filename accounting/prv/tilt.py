@@ -57,6 +57,7 @@ from dpforge.accounting.prv.compose import (
     _log_mgf,
     chernoff_above,
     chernoff_below,
+    chernoff_window,
     composed_infinity,
     extended_precision,
     fft_window,
@@ -64,6 +65,7 @@ from dpforge.accounting.prv.compose import (
     roundoff_model,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
+from dpforge.accounting.prv.tilt_split import split_composition
 from dpforge.errors import LimitError
 
 #: largest log S(floor) a tilted composition accepts (S(floor) = e^600 stays far from overflow)
@@ -478,13 +480,25 @@ def compose_tilted(
     lam, tilted_cumulant = refine_lambdas(lam, tilted_cumulant, log_tail, tilted_at)
     cumulant = np.concatenate([cumulant, *added])
     positive = lam > 0
-    positions, masses, composed, pruned = fft_window(
-        measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail, extended=extended
-    )
-    size = composed.size
-    high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
-    above_tilted = chernoff_above(lam, tilted_cumulant, high)
-    below_tilted = chernoff_below(lam, tilted_cumulant, low)
+    # one measure whose tilted law carries rare large losses: composed by the number of
+    # them (.tilt_split), on a window that does not grow with that number
+    split = None
+    if len(measures) == 1:
+        split = split_composition(
+            measures[0][0], measures[0][1], np.exp(tilted_logs[0]), tail, log_tail, chernoff_window(lam, tilted_cumulant, log_tail), extended
+        )
+    if split is not None:
+        positions, masses, size, pruned = split.positions, split.masses, split.grid_size, 0.0
+        high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
+        above_tilted, below_tilted = split.above_tilted, split.below_tilted
+    else:
+        positions, masses, composed, pruned = fft_window(
+            measures, [np.exp(logs) for logs in tilted_logs], lam, tilted_cumulant, log_tail, extended=extended
+        )
+        size = composed.size
+        high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
+        above_tilted = chernoff_above(lam, tilted_cumulant, high)
+        below_tilted = chernoff_below(lam, tilted_cumulant, low)
     # untilted mass beyond the window: the direct Chernoff bound, or the tilted one scaled
     # by S at the window's edge (S decreases with y for theta > 0), whichever is smaller
     above = float(np.exp(min(np.min(cumulant[positive] - lam[positive] * high), log_scale - theta * high + math.log(max(above_tilted, 1e-300)))))
@@ -500,9 +514,14 @@ def compose_tilted(
             )
         )
     )
-    infinity = composed_infinity(measures)
+    # the split's dropped terms are carried at +inf (the upper profile; the lower one
+    # does not read it)
+    infinity = composed_infinity(measures) + (split.dropped if split is not None else 0.0)
     total_count = sum(count for _, count in measures)
-    roundoff = max(2.0 * max(-float(masses.min()), 0.0), roundoff_model(total_count, size, extended) * float(masses.max())) + pruned
+    if split is not None:
+        roundoff = split.roundoff
+    else:
+        roundoff = max(2.0 * max(-float(masses.min()), 0.0), roundoff_model(total_count, size, extended) * float(masses.max())) + pruned
     return TiltedComposition(
         positions,
         masses,

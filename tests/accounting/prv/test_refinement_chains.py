@@ -31,6 +31,15 @@ def _meets_the_width(description, target: float):
     return result
 
 
+def _whole_upper_chain(monkeypatch) -> None:
+    """Compose every tilted chain whole, without the binomial split of one measure
+    (:mod:`.tilt_split`): sigma = 0.6, q = 1e-6, T = 1e7 at delta = 1e-10 split meets the
+    width on 2M points (``test_tilt_split``), and these tests are about the refinement of
+    a chain whose window the split does not shorten (several distinct measures)."""
+    tilt = importlib.import_module("dpforge.accounting.prv.tilt")
+    monkeypatch.setattr(tilt, "split_composition", lambda *args, **kwargs: None)
+
+
 def _recorded_evaluations(monkeypatch) -> list[dict]:
     """Every evaluation the refinement makes from now on, in order: its step, bound kinds,
     keyword options (``staged``, ``tilt_at``, ...) and grid size."""
@@ -497,6 +506,7 @@ def test_an_upper_chain_short_of_the_width_is_refined_past_two_million_points(mo
     width is met.  Under a memory budget that cannot hold that grid the call ends where
     it did, flagged and certified (never a silent shortfall).  Cross-checks: the two
     brackets overlap, and RDP's upper bound lies above both."""
+    _whole_upper_chain(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, 1e-10)
@@ -517,6 +527,7 @@ def test_the_upper_chain_goes_past_its_limit_once_the_lower_chain_is_not_what_se
     upper chain set the rest (0.178188 -> 0.178036 past its limit).  The chain past its
     limit now comes before any chunk round finer than the last resort, and the width is
     met with no such round.  Cross-check: RDP's upper bound lies above the bracket."""
+    _whole_upper_chain(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
     records = _recorded_evaluations(monkeypatch)
     result = _meets_the_width(description, 1e-10)
@@ -537,6 +548,7 @@ def test_an_upper_chain_is_not_composed_twice_on_one_grid_after_the_loop(monkeyp
     a grid no finer than the one just composed is now skipped, so the call composes one
     grid past the limit.  The bracket is certified and flagged, and RDP's upper bound lies
     above it."""
+    _whole_upper_chain(monkeypatch)
     description = Composed([(PoissonSampled(Gaussian(0.6), 1e-6), 10_000_000)])
     monkeypatch.setattr(evaluate_module, "_PAST_LIMIT_SHORTFALL", 4.0)
     records = _recorded_evaluations(monkeypatch)
