@@ -57,7 +57,6 @@ from dpforge.accounting.prv.compose import (
     _log_mgf,
     _place,
     _power,
-    chernoff_window,
     refine_lambdas,
     roundoff_model,
 )
