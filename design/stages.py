@@ -18,6 +18,7 @@ Sources.  Sobol sequences (Sobol' 1967) with Owen scrambling (Owen 1998), as
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.process
 import math
 import time
 import warnings

@@ -422,3 +422,22 @@ def test_default_search_on_the_issue_workload():
     assert epsilon(_workload(found.mechanism, 0.01, 1000), 1e-5).upper <= 1.0
     again = lmo_search(1.0, 1e-5, 0.01, 1000, executor="serial")
     assert again.mechanism == found.mechanism and again.epsilon == found.epsilon
+
+
+def _raises(task):
+    raise ZeroDivisionError(f"task {task}")
+
+
+def test_a_failing_search_task_raises_its_own_error_from_the_runner():
+    """The runner's fallback for a broken process pool named
+    ``concurrent.futures.process`` without importing it, so any task's error surfaced as
+    an AttributeError (``lmo search --sensitivity 1e300`` exited 1 with that traceback)."""
+    import concurrent.futures
+
+    from dpforge.design.stages import _Runner
+    from dpforge.parallel import SerialExecutor
+
+    with pytest.raises(ZeroDivisionError, match="task 1"):
+        _Runner(SerialExecutor(), owned=True).map(_raises, [1, 2])
+    with concurrent.futures.ThreadPoolExecutor(1) as pool, pytest.raises(ZeroDivisionError):
+        _Runner(pool, owned=False).map(_raises, [3])
