@@ -56,6 +56,7 @@ from dpforge.budget.inputs import MAX_NESTING, UnreadableFileError, check_nestin
 from dpforge.errors import InputFileError, ParameterError
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.combinators import Composed, PoissonSampled
+from dpforge.validation import LARGEST_COUNT, shown
 from dpforge.mechanisms.lmo import LMO
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
 from dpforge.budget.phase_sampling import (
@@ -131,7 +132,7 @@ def _show(value: Any) -> str:
         return "a table"
     if isinstance(value, (list, tuple)):
         return "an array"
-    return repr(value)
+    return shown(value)
 
 
 def _is_number(value: Any) -> bool:
@@ -142,7 +143,10 @@ def _number(field_name: str, value: Any, condition: str, accept: Callable[[float
     """``value`` as a float when it is a finite number satisfying ``accept``, else PlanError."""
     if not _is_number(value):
         raise PlanError(field_name, f"must be a number {condition}, got {_show(value)}")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond the double range
+        raise PlanError(field_name, f"must be a finite number {condition}, got {_show(value)}") from None
     if not math.isfinite(number):
         raise PlanError(field_name, f"must be a finite number {condition}, got {_show(value)}")
     if not accept(number):
@@ -167,14 +171,14 @@ def _sampling_rate(field_name: str, value: Any) -> float:
 
 
 def _steps(field_name: str, value: Any) -> int:
-    """An integer >= 1; an integral float such as 10.0 is accepted, 10.5 is not."""
-    problem = f"must be an integer >= 1, got {_show(value)}"
+    """An integer in [1, 2**53]; an integral float such as 10.0 is accepted, 10.5 is not."""
+    problem = f"must be an integer >= 1 and at most 2**53, got {_show(value)}"
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise PlanError(field_name, problem)
     if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
         raise PlanError(field_name, problem)
     steps = int(value)
-    if steps < 1:
+    if not 1 <= steps <= LARGEST_COUNT:
         raise PlanError(field_name, problem)
     return steps
 

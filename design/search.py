@@ -113,7 +113,7 @@ def _check_inputs(
             raise ParameterError(f"components: unknown component {c!r}; allowed: {', '.join(COMPONENTS)}")
     if len(set(components)) != len(components):
         raise ParameterError(f"components must not repeat a component, got {components!r}")
-    seed = require_count("seed", seed, 0)
+    seed = require_count("seed", seed, 0, maximum=None)
     time_limit = require_positive("time_limit", time_limit)
     if executor is not None:
         resolve_executor(executor)  # raises a ParameterError for anything but "serial" or an executor

@@ -23,7 +23,7 @@ from dpforge.mechanisms.sampling import (
     doubled,
     unwrap,
 )
-from dpforge.validation import require_count, require_sampling_rate
+from dpforge.validation import LARGEST_COUNT, SMALLEST_PROBABILITY, require_count, require_sampling_rate
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,12 @@ class PoissonSampled:
         while isinstance(inner, PoissonSampled):
             rate *= float(inner.sampling_rate)
             inner = inner.mechanism
+        if rate < SMALLEST_PROBABILITY:
+            # each rate was in (0, 1], their product is not (1e-200 twice underflowed to 0)
+            raise ParameterError(
+                f"the nested PoissonSampled sampling rates multiply to {rate!r}, below {SMALLEST_PROBABILITY!r} "
+                "(the smallest normal double); sample once at a representable rate"
+            )
         return inner, rate
 
     def privacy_loss_distribution(self, direction: Direction = "remove") -> PrivacyLoss:
@@ -161,6 +167,8 @@ def flatten(description: Description, multiplicity: int = 1) -> list[Component]:
             merged[key] = 0
             order.append(key)
         merged[key] += times
+        if merged[key] > LARGEST_COUNT:  # nested counts multiply (2**40 runs of 2**40 steps)
+            raise ParameterError(f"the nested counts of one component multiply to {merged[key]:.3g} steps, more than 2**53")
 
     visit(inner, require_count("count", multiplicity))
     return [Component(mechanism, rate, merged[(mechanism, rate)]) for mechanism, rate in order]

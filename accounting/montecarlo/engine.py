@@ -98,7 +98,7 @@ def _prepare(description: Description, samples, confidence, seed, executor, prog
     if seed is None:
         seed = int(np.random.SeedSequence().entropy)
     else:
-        seed = require_count("seed", seed, minimum=0)
+        seed = require_count("seed", seed, minimum=0, maximum=None)
     executor, _ = resolve_executor(executor)  # no default: never one dpforge must shut down
     directions = _directions(description, importance_sampling)
     beta = (1.0 - confidence) / len(directions)

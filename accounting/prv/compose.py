@@ -546,7 +546,11 @@ def chernoff_below(lam: np.ndarray, cumulant: np.ndarray, position: float) -> fl
 def composed_infinity(measures: Sequence[tuple[GridMeasure, int]]) -> float:
     """Mass at +inf after composition: 1 - prod_i (1 - a_i)^count_i, computed as
     -expm1(sum_i count_i log1p(-a_i)) so that per-step masses far below 1e-16 (the
-    truncated tails at tiny delta) are not rounded away."""
+    truncated tails at tiny delta) are not rounded away.  A step with all of its mass at
+    +inf or more (an error cover that overflowed: a grid step of 1,000 nats put e^1000 on
+    its top point) leaves every composed mass there: 1, the trivial bound."""
+    if any(not measure.infinity_mass < 1.0 for measure, count in measures if count > 0):
+        return 1.0
     return -math.expm1(sum(count * math.log1p(-measure.infinity_mass) for measure, count in measures))
 
 

@@ -24,6 +24,20 @@ from dpforge.validation import require_non_negative, require_positive, require_p
 NAME = "prv"
 
 
+
+#: the coarsest grid step the ``step=`` option takes, in nats: a point of the grid at
+#: 1,000 nats put e^1000 into a cell's error cover (inf), and the call ended in a math
+#: domain error
+LARGEST_STEP = 64.0
+
+
+def _fixed_step(step: object) -> float:
+    """The ``step=`` option checked: a finite number in (0, ``LARGEST_STEP``]."""
+    value = require_positive("step", step)
+    if value > LARGEST_STEP:
+        raise ParameterError(f"step must be a finite number in (0, {LARGEST_STEP:g}] (nats), got {step!r}")
+    return value
+
 def _components(description: Description) -> list[Component]:
     return flatten(description)
 
@@ -158,7 +172,7 @@ def _epsilon(
     proxy = stand_in(components) if len(components) >= STAND_IN_COMPONENTS else None
     planned = None  # (first step, coarse_upper) chosen on the stand-in (_plan_from_stand_in)
     if step is not None:
-        step = require_positive("step", step)
+        step = _fixed_step(step)
         first, max_refinements = step, 0
     else:
         first = probe_step(components, delta, relative_accuracy, tail, moments_from=proxy)
@@ -324,7 +338,7 @@ def delta_evaluation(
             return point, point, max(high, 1e-300)
 
     if step is not None:
-        first, max_refinements = require_positive("step", step), 0
+        first, max_refinements = _fixed_step(step), 0
     else:
         first = probe_step(components, 1e-6, relative_accuracy, tail, moments_from=proxy)
     return refine(

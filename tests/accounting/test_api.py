@@ -10,7 +10,7 @@ from dpforge.accounting import calibrate, calibrate_laplace_scale, calibrate_noi
 from dpforge.accounting.api import get_engine, register_engine
 from dpforge.accounting.calibrate import find_parameter
 from dpforge.errors import CalibrationError, ParameterError, UnsupportedError
-from dpforge.mechanisms import Composed, Gaussian
+from dpforge.mechanisms import Composed, Gaussian, PoissonSampled
 
 
 def test_builtin_engines_are_registered_default_first():
@@ -88,3 +88,34 @@ def test_numeric_arguments_after_the_question_are_keyword_only():
         calibrate_noise_multiplier(0.01, 100, 1.0, 1e-5, 1e-3)  # rel_tolerance must be named
     with pytest.raises(TypeError):
         calibrate_laplace_scale(0.01, 100, 1.0, 1e-5, 2.0)  # sensitivity must be named
+
+
+_RATE = PoissonSampled(Gaussian(1.0), 0.01)
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        # a subnormal delta: a tenth of it (the truncation tail) underflowed to 0 and the
+        # prv engine divided by zero
+        (lambda: epsilon(Composed([(_RATE, 10)]), 5e-324), r"delta must be in \[2.2250738585072014e-308, 1\)"),
+        # integers beyond the double range overflowed float()
+        (lambda: epsilon(Composed([(_RATE, 10)]), 10**400), r"delta must be a finite number, got 1000.*\(401 characters\)"),
+        (lambda: Gaussian(10**400), "noise_multiplier must be a finite number"),
+        (lambda: Composed([(_RATE, 10**400)]), r"count must be an integer >= 1 and at most 2\*\*53"),
+        # nested rates multiplying to 0, nested counts past 2**53
+        (lambda: epsilon(Composed([(PoissonSampled(PoissonSampled(Gaussian(1.0), 1e-200), 1e-200), 10)]), 1e-5), "multiply to 0.0"),
+        (lambda: epsilon(Composed([(Composed([(_RATE, 2**40)]), 2**40)]), 1e-5), r"multiply to 1.21e\+24 steps, more than 2\*\*53"),
+        # a grid step whose top point overflowed e^x in the error cover (math domain error)
+        (lambda: epsilon(Composed([(_RATE, 10)]), 1e-5, step=1e3), r"step must be a finite number in \(0, 64\]"),
+    ],
+)
+def test_extreme_inputs_are_refused_with_one_named_line(call, message):
+    with pytest.raises(ParameterError, match=message) as caught:
+        call()
+    assert "\n" not in str(caught.value)
+
+
+def test_the_coarsest_step_allowed_answers_with_a_flagged_certified_bracket():
+    result = epsilon(Composed([(_RATE, 10)]), 1e-5, step=64.0)
+    assert not result.accuracy["reached"] and 0.0 <= result.lower <= result.upper
