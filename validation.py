@@ -72,10 +72,12 @@ def require_probability_open(name: str, value: object) -> float:
 
 
 def require_sampling_rate(name: str, value: object) -> float:
-    """A number in (0, 1]."""
+    """A number in (0, 1], at least ``SMALLEST_PROBABILITY``."""
     result = require_real(name, value)
     if not 0.0 < result <= 1.0:
         raise ParameterError(f"{name} must be in (0, 1], got {shown(value)}")
+    if result < SMALLEST_PROBABILITY:
+        raise ParameterError(f"{name} must be in [{SMALLEST_PROBABILITY!r}, 1] (a subnormal number), got {shown(value)}")
     return result
 
 

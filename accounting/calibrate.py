@@ -27,6 +27,7 @@ from dpforge.accounting import api
 from dpforge.accounting.api import DEFAULT_ENGINE, engine_names, get_engine
 from dpforge.accounting.prv.evaluate import FixedGridEvaluator
 from dpforge.accounting.results import CalibrationResult
+from dpforge.accounting.pure import unamplified_epsilon
 from dpforge.errors import (
     CalibrationError,
     DpforgeAccuracyWarning,
@@ -366,8 +367,10 @@ def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:
     from scipy import optimize  # only calibration needs it; importing it costs ~25 MiB
 
     high = 1.0
-    while excess(high) < 0 and high < 1e3:
+    while excess(high) < 0 and high < 1e12:
         high *= 2.0
+    if excess(high) < 0:  # a target past every mu searched (eps 1e30): only a starting point
+        return high
     return optimize.brentq(excess, 1e-6, high, xtol=1e-10)
 
 
@@ -409,7 +412,10 @@ def calibrate_noise_multiplier(
     if sampling_rate >= 1.0:
         start = math.sqrt(steps) / mu
     else:
-        start = 1.0 / math.sqrt(math.log1p(mu**2 / (sampling_rate**2 * steps)))
+        # log1p(mu^2 / (q^2 T)) with the ratio formed in logarithms: q^2 T underflowed
+        # to 0 at q = 1e-300
+        log_ratio = 2.0 * (math.log(mu) - math.log(sampling_rate)) - math.log(steps)
+        start = 1.0 / math.sqrt(math.log1p(math.exp(log_ratio)) if log_ratio < 700.0 else log_ratio)
     return calibrate(
         lambda noise_multiplier: _run(Gaussian(noise_multiplier), sampling_rate, steps),
         target_epsilon,
@@ -443,7 +449,7 @@ def calibrate_laplace_scale(
     sampling_rate, steps, target_epsilon, delta = _workload(sampling_rate, steps, target_epsilon, delta)
     sensitivity = require_positive("sensitivity", sensitivity)
     per_step = target_epsilon / steps
-    ratio = math.log1p(math.expm1(per_step) / sampling_rate)  # s/b giving that per-step epsilon
+    ratio = unamplified_epsilon(per_step, sampling_rate)  # s/b giving that per-step epsilon
     return calibrate(
         lambda scale: _run(Laplace(scale, sensitivity), sampling_rate, steps),
         target_epsilon,

@@ -46,6 +46,16 @@ from dpforge.validation import (
 AMPLIFICATION = "log(1 + q (e^eps - 1)) (Balle, Barthe, Gaboardi 2018)"
 
 
+def unamplified_epsilon(amplified: float, sampling_rate: float) -> float:
+    """The eps of one step whose Poisson-sampled release at rate q has eps' = ``amplified``:
+    log(1 + (e^eps' - 1) / q), the inverse of :func:`amplified_epsilon`; past eps' = 1 as
+    eps' - log q + log1p((q - 1) e^-eps'), which does not overflow (e^eps' did past 709)."""
+    q = sampling_rate
+    if amplified > 1.0:
+        return amplified - math.log(q) + math.log1p((q - 1.0) * math.exp(-amplified))
+    return math.log1p(math.expm1(amplified) / q)
+
+
 def amplified_epsilon(epsilon: float, sampling_rate: float) -> float:
     """eps' = log(1 + q (e^eps - 1)) of an eps-DP step under Poisson sampling with rate q
     (amplification by subsampling, Balle, Barthe, Gaboardi 2018; add-or-remove relation)."""
@@ -89,8 +99,13 @@ def _directions(component: Component) -> tuple[str, ...]:
 
 def _step_delta(loss: PrivacyLoss, epsilon: float) -> float:
     """Exact hockey-stick divergence of one step: Pr_P(L > eps) - e^eps Pr_Q(L > eps)."""
-    value = float(loss.sf(epsilon, "P")) - math.exp(epsilon) * float(loss.sf(epsilon, "Q"))
-    return max(value, 0.0)
+    above_q = float(loss.sf(epsilon, "Q"))
+    # e^eps Pr_Q(L > eps) in log space: e^eps alone overflows past eps ~ 709 (a step of
+    # pure epsilon 710 raised OverflowError); past e^700 it exceeds Pr_P <= 1 and delta is 0
+    exponent = epsilon + math.log(above_q) if above_q > 0.0 else -math.inf
+    if exponent > 700.0:
+        return 0.0
+    return max(float(loss.sf(epsilon, "P")) - math.exp(exponent), 0.0)
 
 
 def _step_epsilon_at(loss: PrivacyLoss, delta: float, top: float) -> float:
@@ -209,7 +224,9 @@ def calibrate_laplace_scale_pure(
     steps = require_count("steps", steps)
     sensitivity = require_positive("sensitivity", sensitivity)
     per_step = target_epsilon / steps
-    step = math.log1p(math.expm1(per_step) / q)
+    step = unamplified_epsilon(per_step, q)
+    if not step > 0.0:
+        raise ParameterError(f"target_epsilon / steps = {per_step!r} underflows: no Laplace scale is finite for it")
     scale = sensitivity / step
 
     def composed(b: float) -> float:

@@ -135,3 +135,29 @@ def test_calibration_over_fixed_size_batches_reports_the_realised_lower_bound():
     assert found.epsilon <= 2.0
     assert found.lower == check.lower
     assert found.lower < check.accuracy["pair_lower"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        # the starting point's mu search stopped at 1e3 and brentq saw no sign change
+        lambda: calibrate_noise_multiplier(1.0, 1, 1e6, 1e-5),
+        # q^2 T underflowed to 0 in the starting point (ZeroDivisionError)
+        lambda: calibrate_noise_multiplier(1e-300, 100, 1.0, 1e-5),
+        # e^(target / steps) overflowed in the Laplace starting point
+        lambda: calibrate_laplace_scale(1.0, 1, 1000.0, 1e-5),
+        lambda: calibrate_laplace_scale(0.01, 1, 800.0, 1e-5),
+    ],
+)
+def test_calibration_at_extreme_targets_ends_in_a_named_error_or_an_answer(call):
+    """Each call either answers or raises one of dpforge's named errors (all ValueErrors)
+    in one line; none raises a raw OverflowError, ZeroDivisionError or scipy's bracket error."""
+    import dpforge.errors as errors
+
+    named = tuple(value for value in vars(errors).values() if isinstance(value, type) and issubclass(value, ValueError))
+    try:
+        result = call()
+    except named as error:
+        assert type(error).__module__ == "dpforge.errors" and "\n" not in str(error)
+    else:
+        assert result.epsilon <= result.target_epsilon

@@ -107,3 +107,19 @@ def test_calibrate_laplace_scale_pure_bad_input():
         calibrate_laplace_scale_pure(1.0, 0.0, 10)
     with pytest.raises(ValueError, match="steps"):
         calibrate_laplace_scale_pure(1.0, 0.1, 0)
+
+
+def test_pure_epsilon_past_709_nats_does_not_overflow():
+    """e^eps of the step's hockey-stick divergence overflowed past eps ~ 709 (a pure-DP step
+    of 710, a Laplace scale of 1e-3); its logarithm does not."""
+    assert epsilon(Composed([(PureDP(710.0), 1)]), 1e-5, engine="pure").upper == 710.0
+    assert epsilon(Composed([(Laplace(1e-3), 2)]), 1e-5, engine="pure").upper == pytest.approx(2000.0)
+
+
+@pytest.mark.parametrize("target, rate, steps", [(1000.0, 0.5, 1), (800.0, 0.01, 1), (2.0, 0.01, 1000)])
+def test_the_pure_laplace_calibration_inverts_the_amplification_at_any_target(target, rate, steps):
+    """log(1 + (e^eps' - 1)/q) overflowed past eps' = 709 (target 1000, one step); the
+    scale found composes to at most the target, within a few ulps of it."""
+    result = calibrate_laplace_scale_pure(target, rate, steps)
+    spent = steps * amplified_epsilon(1.0 / result.parameter, rate)
+    assert spent <= target and spent == pytest.approx(target, rel=1e-12)
