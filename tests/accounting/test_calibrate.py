@@ -161,3 +161,25 @@ def test_calibration_at_extreme_targets_ends_in_a_named_error_or_an_answer(call)
         assert type(error).__module__ == "dpforge.errors" and "\n" not in str(error)
     else:
         assert result.epsilon <= result.target_epsilon
+
+
+def test_a_small_target_is_met_within_the_tolerance_not_with_excess_noise():
+    """q = 0.01, T = 1,000, target 0.01 at delta = 1e-5: the search's grid, set from its
+    starting parameter, read sigma = 77.1 at 0.01055 (certified 0.010007) and the search
+    returned 81.24, epsilon 0.943 of the target, with nothing said.  The search is now
+    repeated on the grid epsilon() refines to at the answer."""
+    result = calibrate_noise_multiplier(0.01, 1000, 0.01, 1e-5)
+    assert 0.01 * (1 - 1e-3) <= result.epsilon <= 0.01
+    check = epsilon(Composed([(PoissonSampled(Gaussian(result.parameter), 0.01), 1000)]), 1e-5)
+    assert check.upper <= 0.01
+
+
+def test_a_calibration_left_outside_its_tolerance_says_so():
+    """target 1e-6 (q = 0.01, T = 100): even the finer grid leaves the certified epsilon
+    more than the tolerance below the target; the result is certified, and a warning
+    says it adds more noise than needed."""
+    from dpforge.errors import DpforgeAccuracyWarning
+
+    with pytest.warns(DpforgeAccuracyWarning, match="more noise than needed"):
+        result = calibrate_noise_multiplier(0.01, 100, 1e-6, 1e-5, rel_tolerance=1e-4)
+    assert result.epsilon < 1e-6 * (1 - 1e-4)
