@@ -65,7 +65,7 @@ from dpforge.accounting.prv.compose import (
     roundoff_model,
 )
 from dpforge.accounting.prv.discretise import GridMeasure
-from dpforge.accounting.prv.tilt_split import split_composition
+from dpforge.accounting.prv.tilt_split import split_composition, worth_splitting
 from dpforge.errors import LimitError
 
 #: largest log S(floor) a tilted composition accepts (S(floor) = e^600 stays far from overflow)
@@ -484,9 +484,9 @@ def compose_tilted(
     # them (.tilt_split), on a window that does not grow with that number
     split = None
     if len(measures) == 1:
-        split = split_composition(
-            measures[0][0], measures[0][1], np.exp(tilted_logs[0]), tail, log_tail, chernoff_window(lam, tilted_cumulant, log_tail), extended
-        )
+        whole = chernoff_window(lam, tilted_cumulant, log_tail)
+        if worth_splitting((whole[1] - whole[0]) / step):
+            split = split_composition(measures[0][0], measures[0][1], np.exp(tilted_logs[0]), tail, log_tail, whole, extended)
     if split is not None:
         positions, masses, size, pruned = split.positions, split.masses, split.grid_size, 0.0
         high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step

@@ -90,7 +90,11 @@ def test_no_split_where_nothing_is_rare():
 
 
 def _bracket_with(monkeypatch, split: bool, description, target):
+    """epsilon() with the split tried on every tilted composition of one measure (these
+    workloads' windows are under the engine's ``_MIN_POINTS``), or never; and whether
+    each try split."""
     tilt = importlib.import_module("dpforge.accounting.prv.tilt")
+    monkeypatch.setattr(importlib.import_module("dpforge.accounting.prv.tilt_split"), "_MIN_POINTS", 0)
     original = tilt.split_composition
     used = []
 
@@ -161,3 +165,16 @@ def test_the_corner_sweeps_slowest_call_meets_the_width_on_a_split_window(monkey
     assert result.accuracy["reached"] and result.upper - result.lower <= 1e-3 * result.upper
     assert sizes and max(sizes) <= 2**21
     assert 0.17 < result.lower and result.upper <= epsilon(description, 1e-10, engine="rdp").upper
+
+
+def test_a_split_is_tried_only_on_windows_the_engine_would_compose_whole():
+    """Small windows are not worth the plan's passes; a window over the memory budget is
+    refused whole, and so is its split (sigma = 1.18, q = 1.1e-9, T = 22 at delta =
+    1.8e-267: split windows of 18M points took the call from 31 s to 96 s)."""
+    from dpforge.accounting.prv.limits import memory_budget
+    from dpforge.accounting.prv.tilt_split import worth_splitting
+
+    assert not worth_splitting(2**17)
+    assert worth_splitting(2**20)
+    with memory_budget(2**20):
+        assert not worth_splitting(2**20)
