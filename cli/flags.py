@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from dpforge.errors import DpforgeError, InputFileError
 from dpforge.validation import (
+    LARGEST_COUNT,
     require_count,
     require_non_negative,
     require_positive,
@@ -101,7 +102,7 @@ def number(flag: str, text: str | None, allowed: Range, *, default: Any = _REQUI
         raise CliError(f"{flag} must be {allowed.allowed}, got {_shown(text)}") from None
 
 
-def integer(flag: str, text: str | None, minimum: int, *, default: Any = _REQUIRED) -> Any:
+def integer(flag: str, text: str | None, minimum: int, *, default: Any = _REQUIRED, maximum: int | None = LARGEST_COUNT) -> Any:
     """``text`` as an integer >= ``minimum`` (``1e3`` is accepted, ``2.5`` is not);
     ``default`` when the flag was not given (an error when no default is passed)."""
     if text is None:
@@ -116,9 +117,13 @@ def integer(flag: str, text: str | None, minimum: int, *, default: Any = _REQUIR
         except ValueError:
             value = text
     try:
-        return require_count(flag, value, minimum)
+        return require_count(flag, value, minimum, maximum)
     except ValueError:
-        raise CliError(f"{flag} must be an integer >= {minimum}, got {_shown(text)}") from None
+        # past ``maximum`` (2**53 unless given: the largest count the library takes) the
+        # message says so; below it, the usual one
+        over = isinstance(value, (int, float)) and maximum is not None and value > maximum
+        bound = f" and at most {'2**53' if maximum == LARGEST_COUNT else maximum}" if over else ""
+        raise CliError(f"{flag} must be an integer >= {minimum}{bound}, got {_shown(text)}") from None
 
 
 #: why ``--sampling-rate`` and ``--steps`` have no default: a forgotten flag would
@@ -418,7 +423,7 @@ def montecarlo_options(args: argparse.Namespace) -> dict[str, Any]:
     if args.confidence is not None:
         options["confidence"] = number("--confidence", args.confidence, PROBABILITY)
     if args.seed is not None:
-        options["seed"] = integer("--seed", args.seed, 0)
+        options["seed"] = integer("--seed", args.seed, 0, maximum=None)
     return options
 
 

@@ -56,7 +56,7 @@ def _command_search(args: argparse.Namespace) -> int:
     sampling_rate = flags.sampling_rate(args.sampling_rate)
     steps = flags.steps(args.steps)
     sensitivity = flags.sensitivity(args.sensitivity)
-    seed = flags.integer("--seed", args.seed, 0, default=0)
+    seed = flags.integer("--seed", args.seed, 0, default=0, maximum=None)
     time_limit = flags.number("--time-limit", args.time_limit, flags.POSITIVE, default=60.0)
     workers = flags.integer("--workers", args.workers, 0, default=2)
     components = _components(args.components)

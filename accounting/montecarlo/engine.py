@@ -59,6 +59,9 @@ from dpforge.parallel import resolve_executor
 from dpforge.validation import require_count, require_non_negative, require_probability_open
 
 DEFAULT_SAMPLES = 100_000
+#: the most samples a call takes: 1e10 composed losses of even one step is hours of
+#: numba here; ``--samples 1e23`` ran unbounded (9 GB of chunk jobs after 18 minutes)
+MAX_SAMPLES = 10**10
 DEFAULT_CONFIDENCE = 0.99
 INEQUALITY = "empirical Bernstein (Maurer & Pontil 2009, Theorem 4) on terms in [0, B]"
 
@@ -93,7 +96,7 @@ class _Call:
 def _prepare(description: Description, samples, confidence, seed, executor, progress, importance_sampling) -> _Call:
     """Check the common options (a random seed is drawn when none is given), set up the
     directions and ln(2/b) with b = (1 - confidence) / directions (union bound)."""
-    samples = require_count("samples", samples)
+    samples = require_count("samples", samples, maximum=MAX_SAMPLES)
     confidence = require_probability_open("confidence", confidence)
     if seed is None:
         seed = int(np.random.SeedSequence().entropy)

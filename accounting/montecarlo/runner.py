@@ -98,7 +98,8 @@ class _Runner:
         """Run ``n`` samples in chunks (in order; at most ``_WINDOW`` chunks in flight on the
         executor) and combine them: concatenated losses, or summed grid sums."""
         chunk, block = _chunking(draws)
-        jobs = [(self.words(stage, direction, i), min(chunk, n - start)) for i, start in enumerate(range(0, n, chunk))]
+        # one chunk's seeds at a time: a list of every chunk's held memory in proportion to n
+        jobs = ((self.words(stage, direction, i), min(chunk, n - start)) for i, start in enumerate(range(0, n, chunk)))
         pieces: list[np.ndarray] = []
         sums = squares = None
 

@@ -75,6 +75,9 @@ def test_table_output_names_the_bound(capsys):
         (["--engine", "montecarlo", "--samples", "0"], "--samples must be an integer >= 1, got 0"),
         (["--engine", "montecarlo", "--samples", "2.5"], "--samples must be an integer >= 1"),
         (["--engine", "montecarlo", "--samples", "many"], "--samples must be an integer >= 1, got 'many'"),
+        # past 2**53 at the flag; between it and the engine's 1e10, by the engine
+        (["--engine", "montecarlo", "--samples", "99999999999999999999999"], "--samples must be an integer >= 1 and at most 2**53"),
+        (["--engine", "montecarlo", "--samples", "1e12"], "samples must be an integer >= 1 and at most 10000000000"),
         (["--engine", "montecarlo", "--confidence", "1.5"], r"--confidence must be in (0, 1), got 1.5"),
         (["--engine", "montecarlo", "--confidence", "0"], r"--confidence must be in (0, 1)"),
         (["--engine", "montecarlo", "--seed", "-1"], "--seed must be an integer >= 0, got -1"),

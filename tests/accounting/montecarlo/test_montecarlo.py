@@ -373,6 +373,8 @@ def test_lmo_is_registered_and_brackets_prv():
     [
         ({"samples": 0}, "samples must be an integer >= 1"),
         ({"samples": 2.5}, "samples must be an integer"),
+        # unbounded, 1e23 samples ran until killed (9 GB of chunk jobs after 18 minutes)
+        ({"samples": 10**23}, "samples must be an integer >= 1 and at most 10000000000"),
         ({"confidence": 1.0}, r"confidence must be in \(0, 1\)"),
         ({"confidence": 0.0}, r"confidence must be in \(0, 1\)"),
         ({"confidence": float("nan")}, "confidence must be a finite number"),
