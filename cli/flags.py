@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from dpforge.errors import DpforgeError, InputFileError
 from dpforge.validation import (
     LARGEST_COUNT,
+    SMALLEST_PROBABILITY,
     require_count,
     require_non_negative,
     require_positive,
@@ -99,7 +100,18 @@ def number(flag: str, text: str | None, allowed: Range, *, default: Any = _REQUI
     try:
         return allowed.check(flag, float(text))
     except ValueError:  # not a number (float), or out of range (ParameterError)
-        raise CliError(f"{flag} must be {allowed.allowed}, got {_shown(text)}") from None
+        # a probability inside the interval but subnormal (5e-324) is refused too: say why
+        subnormal = allowed in (PROBABILITY, SAMPLING_RATE) and _is_subnormal(text)
+        bound = f" and at least {SMALLEST_PROBABILITY!r}" if subnormal else ""
+        raise CliError(f"{flag} must be {allowed.allowed}{bound}, got {_shown(text)}") from None
+
+
+def _is_subnormal(text: str) -> bool:
+    """Whether ``text`` is a positive number below the smallest normal double."""
+    try:
+        return 0.0 < float(text) < SMALLEST_PROBABILITY
+    except ValueError:
+        return False
 
 
 def integer(flag: str, text: str | None, minimum: int, *, default: Any = _REQUIRED, maximum: int | None = LARGEST_COUNT) -> Any:

@@ -244,6 +244,10 @@ BAD_FLAGS = [
     (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1"], ["--delta is required", "(0, 1)"]),
     (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "0"], ["--delta", "(0, 1)"]),
     (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "1"], ["--delta", "(0, 1)"]),
+    # inside the interval but subnormal (5e-324 divided by zero in the engine); counts past 2**53
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "5e-324"], ["--delta must be in (0, 1) and at least 2.2250738585072014e-308, got 5e-324"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1e-320", "--steps", "1", "--delta", "1e-5"], ["--sampling-rate", "at least 2.2250738585072014e-308"]),
+    (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1e300", "--delta", "1e-5"], ["--steps must be an integer >= 1 and at most 2**53, got 1e300"]),
     (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "1.5"], ["--delta", "(0, 1)"]),
     (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "-1e-5"], ["--delta", "(0, 1)"]),
     (["epsilon", "--noise-multiplier", "1", "--sampling-rate", "1", "--steps", "1", "--delta", "nan"], ["--delta"]),
