@@ -72,6 +72,8 @@ _DROPPED_SHARE = 0.1
 _MAX_TERMS = 3
 #: relative margin on a computed sum of non-negative masses (n u for n up to 1e7 entries)
 _SUM_MARGIN = 1e-8
+#: added to each term's log coefficient (lgamma's rounding and (T - k) K_B's)
+_LOG_MARGIN = 1e-6
 #: the split is tried only where the whole measure's window holds at least this many points
 _MIN_POINTS = 2**18
 
@@ -187,7 +189,9 @@ def _plan(measure: GridMeasure, count: int, tilted: np.ndarray, tail: float, log
     reach = (float(positions[first_tail + occupied[0]]), float(positions[first_tail + occupied[-1]]))
     bulk = GridMeasure(measure.first_index, tilted[:first_tail], measure.step, measure.shift)
     rho_tilted = float(np.sum(tilted[first_tail:])) * (1.0 + _SUM_MARGIN)
-    log_terms = np.array([_log_binomial(count, k) + k * math.log(rho_tilted) for k in range(terms + 1)])
+    # log C(T, k) from lgamma differences carries about 1e-8 of absolute error at T = 1e7;
+    # the margin keeps the coefficients (and the Chernoff bounds built on them) upper bounds
+    log_terms = np.array([_log_binomial(count, k) + k * math.log(rho_tilted) + _LOG_MARGIN for k in range(terms + 1)])
     level = log_tail - math.log(terms + 1)
     lam = _chernoff_lambdas([(bulk, count)], math.exp(log_tail))
 
