@@ -19,9 +19,11 @@ omega^{*T} entry by entry.  The profile is linear in the measure, so
 * the lower profile of M is a lower bound (a sub-measure);
 * the upper profile of M plus the mass of the dropped terms is an upper bound (a
   measure's profile is at most its mass): that mass goes to +inf.  It is
-  sum_{k > K} C(T, k) |B|^{T-k} rho^k <= sum_{k > K} x^k / k! <= x^{K+1} / (K+1)! /
-  (1 - x / (K + 2)) with x = T rho, rho = R's mass (|B| <= 1), and K is the least of 1 to
-  ``_MAX_TERMS`` that keeps this within ``_DROPPED_SHARE`` of the tail.
+  sum_{k > K} C(T, k) |B|^{T-k} rho^k <= max(1, |B|)^T sum_{k > K} x^k / k! <=
+  max(1, |B|)^T x^{K+1} / (K+1)! / (1 - x / (K + 2)) with x = T rho, rho = R's mass
+  (an upper measure's masses can sum to a little over 1: its error cover).  For each K
+  of 1 to ``_MAX_TERMS``, c is the lowest point that keeps this within
+  ``_DROPPED_SHARE`` of the tail, and the K whose window is narrowest is taken.
 
 Everything is tilted as in :func:`.tilt.compose_tilted` (the same normalisation Z of the
 whole measure, so M's entries untilt by the same S(y)), and M's spectrum is formed as
@@ -37,10 +39,11 @@ add K times R's reach: 2.0 nats for that call (c = 0.1, K = 1), against 13.5.
 
 Round-off.  A term's transform carries the power's relative error, about T u
 (:func:`.compose.roundoff_model`), so the spectrum's error at a frequency is about T u
-times sum_k |term k| there, not T u |M^|.  Summed over the frequencies, term k weighs at
-most C(T, k) (rho~ / |B~|)^k times term 0, whose peak is at most M's, so the allowance is
-the model at M's largest entry times sum_{k <= K} (T rho~ / |B~|)^k / k!  (1.13 for that
-call).  The model itself is the one :mod:`.compose` checks against mpmath references.
+times sum_k |term k| there, not T u |M^|.  Summed over the frequencies, term k weighs
+about C(T, k) (rho~ / |B~|)^k times term 0 (|R^| <= rho~; sum |B^|^{T-k} over sum
+|B^|^T is about sqrt(T / (T - k)) for a Gaussian-like spectrum, which the model's factor
+4 covers), whose peak is at most M's, so the allowance is the model at M's largest entry
+times sum_{k <= K} (T rho~ / |B~|)^k / k!  (1.13 for that call).  The model itself is the one :mod:`.compose` checks against mpmath references.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ import numpy as np
 from scipy import fft as sp_fft
 
 from dpforge.accounting.prv.compose import (
+    _U,
     _chernoff_lambdas,
     _kept_frequencies,
     _log_mgf,
@@ -72,8 +76,8 @@ _DROPPED_SHARE = 0.1
 _MAX_TERMS = 3
 #: relative margin on a computed sum of non-negative masses (n u for n up to 1e7 entries)
 _SUM_MARGIN = 1e-8
-#: added to each term's log coefficient (lgamma's rounding and (T - k) K_B's)
-_LOG_MARGIN = 1e-6
+#: added to each term's log coefficient (the rounding of log C(T, k) and of (T - k) K_B)
+_LOG_MARGIN = 1e-9
 #: the split is tried only where the whole measure's window holds at least this many points
 _MIN_POINTS = 2**18
 
@@ -109,13 +113,14 @@ class SplitComposition:
     split: float  # c
 
 
-def dropped_mass(count: int, rho: float, terms: int) -> float:
-    """An upper bound on sum_{k > K} C(T, k) rho^k for T = ``count``, K = ``terms`` (module
-    docstring; inf where T rho >= K + 2)."""
+def dropped_mass(count: int, rho: float, terms: int, bulk: float = 1.0) -> float:
+    """An upper bound on sum_{k > K} C(T, k) b^{T-k} rho^k for T = ``count``, K = ``terms``
+    and any b <= ``bulk`` (module docstring; inf where T rho >= K + 2)."""
     x = count * rho * (1.0 + _SUM_MARGIN)
     if not x < terms + 2:
         return math.inf
-    return x ** (terms + 1) / math.factorial(terms + 1) / (1.0 - x / (terms + 2))
+    growth = math.exp(count * math.log1p(max(bulk - 1.0, 0.0)))
+    return growth * x ** (terms + 1) / math.factorial(terms + 1) / (1.0 - x / (terms + 2))
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,7 @@ class _Plan:
     index: int  # last entry of B
     terms: int
     rho: float  # untilted mass of R
+    bulk_mass: float  # untilted mass of B (an upper bound)
     rho_tilted: float  # its tilted mass (an upper bound)
     log_terms: np.ndarray  # log C(T, k) rho~^k, k = 0..K
     lam: np.ndarray
@@ -135,7 +141,8 @@ class _Plan:
 
 
 def _log_binomial(count: int, k: int) -> float:
-    return math.lgamma(count + 1) - math.lgamma(k + 1) - math.lgamma(count - k + 1)
+    """log C(T, k), from the exact integer (lgamma differences lose 1.5e-6 at T = 1e9)."""
+    return math.log(math.comb(count, k))
 
 
 def _term_log_masses(plan_lam: np.ndarray, bulk: np.ndarray, log_terms: np.ndarray, count: int, reach: float, position: float) -> np.ndarray:
@@ -183,17 +190,19 @@ def _plan(measure: GridMeasure, count: int, tilted: np.ndarray, tail: float, log
     if occupied.size == 0 or first_tail == 0:
         return None
     rho = float(suffix[first_tail])
-    if not dropped_mass(count, rho, terms) <= budget:
+    # untilted |B| from above (a cumulative sum of n terms is within n u of itself)
+    bulk_mass = (float(suffix[0]) - rho) * (1.0 + 4.0 * suffix.size * _U)
+    if not dropped_mass(count, rho, terms, bulk_mass) <= budget:
         return None
     positions = measure.positions
     reach = (float(positions[first_tail + occupied[0]]), float(positions[first_tail + occupied[-1]]))
     bulk = GridMeasure(measure.first_index, tilted[:first_tail], measure.step, measure.shift)
     rho_tilted = float(np.sum(tilted[first_tail:])) * (1.0 + _SUM_MARGIN)
-    # log C(T, k) from lgamma differences carries about 1e-8 of absolute error at T = 1e7;
-    # the margin keeps the coefficients (and the Chernoff bounds built on them) upper bounds
+    if not rho_tilted > 0.0:  # R's tilted masses underflowed: nothing to split off
+        return None
     log_terms = np.array([_log_binomial(count, k) + k * math.log(rho_tilted) + _LOG_MARGIN for k in range(terms + 1)])
     level = log_tail - math.log(terms + 1)
-    lam = _chernoff_lambdas([(bulk, count)], math.exp(log_tail))
+    lam = _chernoff_lambdas([(bulk, count)], math.exp(max(log_tail, -700.0)))  # a start only
 
     def bulk_at(extra: np.ndarray) -> np.ndarray:
         return count * _log_mgf(bulk, extra)
@@ -204,7 +213,7 @@ def _plan(measure: GridMeasure, count: int, tilted: np.ndarray, tail: float, log
     bottom = _side_edge(lam, cumulant, log_terms, count, reach[0], level, upper=False)
     if not (math.isfinite(top) and math.isfinite(bottom)) or top < bottom:
         return None
-    return _Plan(first_tail - 1, terms, rho, rho_tilted, log_terms, lam, cumulant, reach, bottom, top)
+    return _Plan(first_tail - 1, terms, rho, bulk_mass, rho_tilted, log_terms, lam, cumulant, reach, bottom, top)
 
 
 def split_composition(
@@ -258,6 +267,8 @@ def split_composition(
     masses = composed[offsets % size]
     high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
     ratio = count * plan.rho_tilted / bulk_mass
+    if not ratio < 1e6:  # B~ all but empty: the allowance would grow past any use
+        return None
     growth = sum(ratio**k / math.factorial(k) for k in range(terms + 1))
     model = roundoff_model(count, size, extended) * float(masses.max()) * growth
     return SplitComposition(
@@ -266,7 +277,7 @@ def split_composition(
         grid_size=size,
         above_tilted=_beyond(plan, count, high, upper=True),
         below_tilted=_beyond(plan, count, low, upper=False),
-        dropped=dropped_mass(count, plan.rho, terms),
+        dropped=dropped_mass(count, plan.rho, terms, plan.bulk_mass),
         roundoff=max(2.0 * max(-float(masses.min()), 0.0), model) + pruned,
         terms=terms,
         split=float(measure.positions[plan.index]),

@@ -78,6 +78,19 @@ def test_dropped_mass_bounds_the_binomial_tail():
     assert dropped_mass(100, 0.05, 1) == math.inf  # T rho = 5 >= K + 2
 
 
+def test_dropped_mass_covers_a_bulk_over_one():
+    """An upper measure's masses can sum to a little over 1 (its error cover): at T = 1e7
+    a bulk of 1 + 1e-13 makes |B|^(T-k) 1 + 1e-6, more than the bound's own slack (a
+    reviewer's mpmath check found it 8.8e-7 short without the factor)."""
+    import mpmath as mp
+
+    count, rho, terms, bulk = 10**7, 4.4e-15, 1, 1.0 + 1e-13
+    with mp.workdps(40):
+        exact = mp.fsum(mp.binomial(count, k) * mp.mpf(bulk) ** (count - k) * mp.mpf(rho) ** k for k in range(terms + 1, terms + 30))
+    assert exact <= dropped_mass(count, rho, terms, bulk) <= 1.01 * exact
+    assert dropped_mass(count, rho, terms) < exact  # without it: short
+
+
 def test_no_split_where_nothing_is_rare():
     """A one-step law with no thin tail (a Gaussian's shape): no split halves its window."""
     x = np.arange(-40, 41)
