@@ -80,7 +80,7 @@ class Laplace(Mechanism):
     def __post_init__(self) -> None:
         require_positive("scale", self.scale)
         require_positive("sensitivity", self.sensitivity)
-        object.__setattr__(self, "dimension", require_count("dimension", self.dimension))
+        object.__setattr__(self, "dimension", require_count("dimension", self.dimension, maximum=None))
         if self.norm not in ("l1", "l2"):
             raise ParameterError(f"norm must be one of l1, l2, got {self.norm!r}")
 

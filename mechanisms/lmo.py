@@ -46,8 +46,10 @@ def require_norm(name: str, value: object) -> str:
 
 
 def require_dimension(name: str, value: object) -> int:
-    """``value`` as an int >= 1 (the number of noised coordinates), via ``require_count``."""
-    return require_count(name, value)
+    """``value`` as an int >= 1 (the number of noised coordinates), via ``require_count``;
+    no upper bound: a dimension enters the accounting as a real number (d g(C / sqrt d)),
+    and the vector guard is checked at d = 1e18."""
+    return require_count(name, value, maximum=None)
 
 
 def _require_not_nan(name: str, values: np.ndarray) -> np.ndarray:
