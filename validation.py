@@ -67,7 +67,7 @@ def require_probability_open(name: str, value: object) -> float:
     if not 0.0 < result < 1.0:
         raise ParameterError(f"{name} must be in (0, 1), got {shown(value)}")
     if result < SMALLEST_PROBABILITY:
-        raise ParameterError(f"{name} must be in [{SMALLEST_PROBABILITY!r}, 1) (a subnormal number), got {shown(value)}")
+        raise ParameterError(f"{name} must be in [{SMALLEST_PROBABILITY!r}, 1), got {shown(value)} (a subnormal number)")
     return result
 
 
@@ -77,7 +77,7 @@ def require_sampling_rate(name: str, value: object) -> float:
     if not 0.0 < result <= 1.0:
         raise ParameterError(f"{name} must be in (0, 1], got {shown(value)}")
     if result < SMALLEST_PROBABILITY:
-        raise ParameterError(f"{name} must be in [{SMALLEST_PROBABILITY!r}, 1] (a subnormal number), got {shown(value)}")
+        raise ParameterError(f"{name} must be in [{SMALLEST_PROBABILITY!r}, 1], got {shown(value)} (a subnormal number)")
     return result
 
 

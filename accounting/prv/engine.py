@@ -23,8 +23,6 @@ from dpforge.validation import require_non_negative, require_positive, require_p
 #: the engine's name in the registry of :mod:`dpforge.accounting.api`
 NAME = "prv"
 
-
-
 #: the coarsest grid step the ``step=`` option takes, in nats: a point of the grid at
 #: 1,000 nats put e^1000 into a cell's error cover (inf), and the call ended in a math
 #: domain error
@@ -37,6 +35,7 @@ def _fixed_step(step: object) -> float:
     if value > LARGEST_STEP:
         raise ParameterError(f"step must be a finite number in (0, {LARGEST_STEP:g}] (nats), got {step!r}")
     return value
+
 
 def _components(description: Description) -> list[Component]:
     return flatten(description)
