@@ -26,7 +26,7 @@ from scipy import special
 from dpforge.accounting import api
 from dpforge.accounting.api import DEFAULT_ENGINE, engine_names, get_engine
 from dpforge.accounting.prv.evaluate import FixedGridEvaluator
-from dpforge.accounting.results import CalibrationResult
+from dpforge.accounting.results import CalibrationResult, EpsilonResult
 from dpforge.accounting.pure import unamplified_epsilon
 from dpforge.errors import (
     CalibrationError,
@@ -304,9 +304,9 @@ def calibrate(
             chosen = second if second.parameter < best.parameter else best
             best = dataclasses.replace(chosen, evaluations=best.evaluations + second.evaluations)
     if engine == "prv":
-        best = _as_verified(best, make_description, high_limit)
-        if best.epsilon < target_epsilon * (1.0 - rel_tolerance) and "step" not in (engine_options or {}):
-            best = _on_a_finer_grid(best, search, make_description, high_limit)
+        best, check = _as_verified(best, make_description, high_limit)
+        if check is not None and best.epsilon < target_epsilon * (1.0 - rel_tolerance) and "step" not in (engine_options or {}):
+            best = _on_a_finer_grid(best, check, search, make_description, high_limit)
         if best.epsilon < target_epsilon * (1.0 - rel_tolerance):
             warn_caller(
                 f"the calibrated {parameter_name}={best.parameter:.6g} gives certified epsilon {best.epsilon:.6g}, "
@@ -317,33 +317,35 @@ def calibrate(
     return best
 
 
-def _on_a_finer_grid(best: CalibrationResult, search: Callable[..., CalibrationResult], make_description, high_limit: float) -> CalibrationResult:
-    """``best`` searched again on the grid ``epsilon()`` refines to at the answer, where
-    that check shows more noise than the tolerance allows (its certified epsilon below
+def _on_a_finer_grid(
+    best: CalibrationResult, check: EpsilonResult, search: Callable[..., CalibrationResult], make_description, high_limit: float
+) -> CalibrationResult:
+    """``best`` searched again on the grid ``epsilon()`` refined to at the answer (``check``,
+    the verification's own call), where that check shows more noise than the tolerance allows (its certified epsilon below
     target (1 - rel_tolerance)): the search's grid, set from the starting parameter, was
     coarser than the answer's epsilon needs, and its certified bound asked for more noise
     (q = 0.01, T = 1,000, target 0.01 at delta = 1e-5: a step of 9.9e-5 read 0.01055 at
     sigma 77.1, whose certified epsilon is 0.010007; the search returned 81.24, epsilon
-    0.943 of the target).  The smaller certified parameter is kept, as verified."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DpforgeAccuracyWarning)
-        step = api.epsilon(make_description(best.parameter), best.delta, engine="prv").accuracy.get("grid_step")
+    0.943 of the target).  The second answer is kept only if ``epsilon()`` verifies it and
+    it is the smaller parameter, so a calibrated parameter still always verifies."""
+    step = check.accuracy.get("grid_step")
     if not step:
         return best
     try:
-        second = _as_verified(search(best.parameter, {"step": step}), make_description, high_limit)
+        second, verified = _as_verified(search(best.parameter, {"step": step}), make_description, high_limit, quiet=True)
     except CalibrationError:
         return best
-    evaluations = best.evaluations + second.evaluations + 1
-    chosen = second if second.parameter < best.parameter and second.epsilon <= second.target_epsilon else best
-    return dataclasses.replace(chosen, evaluations=evaluations)
+    chosen = second if verified is not None and second.parameter < best.parameter else best
+    return dataclasses.replace(chosen, evaluations=best.evaluations + second.evaluations)
 
 
 #: how far :func:`_as_verified` moves a parameter per try, and how many tries it makes
 _VERIFY_NUDGE, _VERIFY_TRIES = 1e-3, 8
 
 
-def _as_verified(result: CalibrationResult, make_description, high_limit: float) -> CalibrationResult:
+def _as_verified(
+    result: CalibrationResult, make_description, high_limit: float, quiet: bool = False
+) -> tuple[CalibrationResult, EpsilonResult | None]:
     """The calibrated parameter as ``epsilon()`` and ``dpforge verify`` will see it.
 
     The search certifies on one fixed grid; ``epsilon()`` refines its own grid, and both
@@ -355,7 +357,8 @@ def _as_verified(result: CalibrationResult, make_description, high_limit: float)
     own certified bound (it can, at tiny delta on laws it has to compose in stages), the
     search's result is returned as it is, certified on its grid, with a
     :class:`~dpforge.errors.DpforgeAccuracyWarning` saying that ``epsilon()`` and verify
-    will report more.
+    will report more (unless ``quiet``: the caller then discards an unverified result).
+    Returns the result and the ``epsilon()`` check that verified it (None where none did).
     """
     parameter, evaluations = result.parameter, result.evaluations
     check = None
@@ -368,12 +371,15 @@ def _as_verified(result: CalibrationResult, make_description, high_limit: float)
             break
         evaluations += 1
         if check.upper <= result.target_epsilon:
-            return dataclasses.replace(
+            verified = dataclasses.replace(
                 result, parameter=parameter, epsilon=check.upper, lower=check.lower, evaluations=evaluations
             )
+            return verified, check
         if parameter >= high_limit or check.upper > result.target_epsilon * (1.0 + 2.0 * _VERIFY_NUDGE * _VERIFY_TRIES):
             break  # no nudge within reach closes the gap: epsilon() is looser here, not the parameter
         parameter = min(parameter * (1.0 + _VERIFY_NUDGE), high_limit)
+    if quiet:
+        return dataclasses.replace(result, evaluations=evaluations), None
     reported = f"{check.upper:.6g}" if check is not None else "no bound (a named limit)"
     warn_caller(
         f"the calibrated {result.parameter_name}={result.parameter:.6g} is certified on the search's grid "
@@ -381,7 +387,7 @@ def _as_verified(result: CalibrationResult, make_description, high_limit: float)
         "looser here than the search's grid",
         DpforgeAccuracyWarning,
     )
-    return dataclasses.replace(result, evaluations=evaluations)
+    return dataclasses.replace(result, evaluations=evaluations), None
 
 
 def _gaussian_dp_mu(target_epsilon: float, delta: float) -> float:

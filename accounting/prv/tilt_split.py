@@ -174,14 +174,17 @@ def _beyond(plan: _Plan, count: int, position: float, upper: bool) -> float:
     return float(np.sum(np.exp(np.min(logs, axis=1))))
 
 
-def _plan(measure: GridMeasure, count: int, tilted: np.ndarray, tail: float, log_tail: float, terms: int) -> _Plan | None:
+def _plan(
+    measure: GridMeasure, suffix: np.ndarray, count: int, tilted: np.ndarray, tail: float, log_tail: float, terms: int
+) -> _Plan | None:
     """The split for K = ``terms``: c the lowest entry whose untilted mass above keeps the
-    dropped terms within their share of ``tail``; None where nothing lies above it."""
+    dropped terms within their share of ``tail`` (``suffix``: the untilted mass at and
+    above each entry); None where nothing lies above it, or where the allowance's growth
+    would pass 1e6 (B~ all but empty)."""
     budget = _DROPPED_SHARE * tail
     # the largest rho the dropped terms allow: x^{K+1} / (K+1)! / (1 - x / (K+2)) <= budget
     # holds for x <= ((K+1)! budget / 2)^{1/(K+1)} when that is at most (K + 2) / 2
     x = min((math.factorial(terms + 1) * budget / 2.0) ** (1.0 / (terms + 1)), 0.5 * (terms + 2))
-    suffix = np.cumsum(measure.masses[::-1])[::-1]  # untilted mass at and above each entry
     allowed = np.flatnonzero(suffix * count * (1.0 + _SUM_MARGIN) <= x)
     if allowed.size == 0 or count <= terms:
         return None
@@ -200,6 +203,8 @@ def _plan(measure: GridMeasure, count: int, tilted: np.ndarray, tail: float, log
     rho_tilted = float(np.sum(tilted[first_tail:])) * (1.0 + _SUM_MARGIN)
     if not rho_tilted > 0.0:  # R's tilted masses underflowed: nothing to split off
         return None
+    if not count * rho_tilted / float(np.sum(tilted[:first_tail])) < 1e6:
+        return None  # the round-off growth (split_composition) would pass any use
     log_terms = np.array([_log_binomial(count, k) + k * math.log(rho_tilted) + _LOG_MARGIN for k in range(terms + 1)])
     level = log_tail - math.log(terms + 1)
     lam = _chernoff_lambdas([(bulk, count)], math.exp(max(log_tail, -700.0)))  # a start only
@@ -223,7 +228,8 @@ def split_composition(
     tilted masses, summing to 1) and cut at the tilted tail e^``log_tail``, where a split
     with K of 1 to ``_MAX_TERMS`` gives a window at most ``_SPLIT_SHARE`` of ``whole``
     (the whole measure's bottom and top); else None (module docstring)."""
-    plans = [plan for terms in range(1, _MAX_TERMS + 1) if (plan := _plan(measure, count, tilted, tail, log_tail, terms)) is not None]
+    suffix = np.cumsum(measure.masses[::-1])[::-1]  # untilted mass at and above each entry
+    plans = [p for terms in range(1, _MAX_TERMS + 1) if (p := _plan(measure, suffix, count, tilted, tail, log_tail, terms)) is not None]
     if not plans:
         return None
     plan = min(plans, key=lambda p: p.top - p.bottom)
@@ -243,13 +249,13 @@ def split_composition(
     bulk_spectrum, tail_spectrum = sp_fft.rfft(rows, axis=1)
     del rows
     terms = plan.terms
-    bulk_mass = float(np.sum(bulk_masses))
+    bulk_tilted = float(np.sum(bulk_masses))  # |B~|
     # frequencies where B^(T-K) is negligible are set to 0 (.compose._kept_frequencies);
     # there |sum_k C(T, k) B^(K-k) R^k| <= sum_k C(T, k) |B~|^(K-k) rho~^k, which scales
     # what dropping them can move an entry
     keep, pruned = _kept_frequencies(bulk_spectrum[None, :], np.array([count - terms]), size, extended)
-    reach = sum(math.comb(count, k) * bulk_mass ** (terms - k) * plan.rho_tilted**k for k in range(terms + 1))
-    pruned *= reach * (1.0 + _SUM_MARGIN)
+    polynomial_bound = sum(math.comb(count, k) * bulk_tilted ** (terms - k) * plan.rho_tilted**k for k in range(terms + 1))
+    pruned *= polynomial_bound * (1.0 + _SUM_MARGIN)
     bulk_spectrum, tail_spectrum = bulk_spectrum[keep], tail_spectrum[keep]
     # sum_k C(T, k) B^(K-k) R^k, then times B^(T-K)
     polynomial = np.zeros_like(bulk_spectrum)
@@ -266,9 +272,7 @@ def split_composition(
     positions = base + offsets * step
     masses = composed[offsets % size]
     high, low = positions[-1] + 0.5 * step, positions[0] - 0.5 * step
-    ratio = count * plan.rho_tilted / bulk_mass
-    if not ratio < 1e6:  # B~ all but empty: the allowance would grow past any use
-        return None
+    ratio = count * plan.rho_tilted / bulk_tilted
     growth = sum(ratio**k / math.factorial(k) for k in range(terms + 1))
     model = roundoff_model(count, size, extended) * float(masses.max()) * growth
     return SplitComposition(
