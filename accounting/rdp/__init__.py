@@ -12,6 +12,7 @@ from dpforge.accounting.rdp.curve import RdpCurve, rdp, rdp_curve, rdp_of_compon
 from dpforge.accounting.rdp.engine import delta, epsilon
 from dpforge.accounting.rdp.formulas import (
     DEFAULT_ORDERS,
+    MAX_ORDER,
     convexity_subsampled_rdp,
     gaussian_rdp,
     laplace_rdp,
@@ -23,6 +24,7 @@ from dpforge.accounting.rdp.formulas import (
 
 __all__ = [
     "DEFAULT_ORDERS",
+    "MAX_ORDER",
     "RdpCurve",
     "convexity_subsampled_rdp",
     "delta",

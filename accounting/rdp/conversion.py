@@ -12,7 +12,7 @@ from dpforge.errors import ParameterError
 from dpforge.validation import require_non_negative, require_probability_open
 
 def _conversion_inputs(orders: object, values: object) -> tuple[np.ndarray, np.ndarray]:
-    alpha = require_orders(orders)
+    alpha = require_orders(orders, maximum=math.inf)
     rho = np.atleast_1d(np.asarray(values, dtype=float))
     if rho.shape != alpha.shape:
         raise ParameterError(f"rdp values must have one entry per order ({alpha.size}), got shape {rho.shape}")

@@ -39,7 +39,7 @@ import numpy as np
 from scipy import special
 
 from dpforge.errors import ParameterError
-from dpforge.validation import require_non_negative, require_positive, require_sampling_rate
+from dpforge.validation import require_non_negative, require_positive, require_sampling_rate, shown
 
 DEFAULT_ORDERS: np.ndarray = np.concatenate(
     [
@@ -53,21 +53,31 @@ DEFAULT_ORDERS.setflags(write=False)
 
 _MAX_SERIES_TERMS = 1 << 20
 
+#: the largest order the formulas evaluate.  An integer order alpha sums alpha terms (and a
+#: fractional one about as many), so 1e300 would ask numpy for an impossible array; past
+#: 1e6 the conversion's log(1/delta)/(alpha - 1) is below 7.5e-4 nats at every delta this
+#: library takes (>= 2.2e-308), so larger orders add nothing to an epsilon bound.
+MAX_ORDER = 1e6
+
 
 BaseRdp = Union[Callable[[np.ndarray], np.ndarray], Sequence[float], np.ndarray]
 
 
-def require_orders(orders: object) -> np.ndarray:
-    """Orders as a non-empty 1-d float array of finite numbers > 1 (one-line ValueError)."""
+def require_orders(orders: object, maximum: float = MAX_ORDER) -> np.ndarray:
+    """Orders as a non-empty 1-d float array of finite numbers in (1, ``maximum``]
+    (one-line ValueError).  Formulas that sum over the order keep the default
+    :data:`MAX_ORDER`; a conversion of given values takes any finite order
+    (``maximum=math.inf``)."""
+    allowed = "finite numbers > 1" if maximum == math.inf else f"numbers in (1, {maximum:g}]"
     try:
         values = np.atleast_1d(np.asarray(orders, dtype=float))
-    except (TypeError, ValueError):
-        raise ParameterError(f"orders must be finite numbers > 1, got {orders!r}") from None
+    except (TypeError, ValueError, OverflowError):
+        raise ParameterError(f"orders must be {allowed}, got {shown(orders)}") from None
     if values.ndim != 1 or values.size == 0:
-        raise ParameterError("orders must be a non-empty 1-d sequence of finite numbers > 1")
-    bad = ~np.isfinite(values) | (values <= 1.0)
+        raise ParameterError(f"orders must be a non-empty 1-d sequence of {allowed}")
+    bad = ~np.isfinite(values) | (values <= 1.0) | (values > maximum)
     if bad.any():
-        raise ParameterError(f"orders must be finite numbers > 1, got {values[bad][0]!r}")
+        raise ParameterError(f"orders must be {allowed}, got {float(values[bad][0])!r}")
     return values
 
 

@@ -210,6 +210,11 @@ def _lmo_rdp_quadrature(mechanism: LMO, alpha: np.ndarray, v: float) -> tuple[np
     packed = mechanism.packed
     scale = max(_noise_scale(mechanism), v)
     t_min, t_max = 1e-13 * min(scale, v), 1e30 * scale
+    if not (t_min > 0 and math.isfinite(t_max)):  # e.g. gamma_shape 1e-300: a median |x| of inf
+        raise LimitError(
+            f"lmo_rdp_exact: the noise's median |x| ({scale:g}) at shift {v:g} puts the quadrature's range "
+            f"[{t_min:g}, {t_max:g}] outside the floating-point range; the prv engine accounts such an LMO"
+        )
 
     def g(t: np.ndarray) -> np.ndarray:
         return kernels.log_density_array(np.ascontiguousarray(t, dtype=float), packed)

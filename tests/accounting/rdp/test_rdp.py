@@ -75,7 +75,8 @@ def test_default_orders():
     assert {1.25, 1.5, 1.75, 2.5, 11.5, 80.0, 1024.0} <= set(orders.tolist())
 
 
-@pytest.mark.parametrize("orders", [[1.0, 2.0], [0.5], [2.0, float("nan")], [float("inf")], [], [[2.0, 3.0]], "abc"])
+# 1e300 and 1e7 asked numpy for an array of that many terms ("Maximum allowed size exceeded")
+@pytest.mark.parametrize("orders", [[1.0, 2.0], [0.5], [2.0, float("nan")], [float("inf")], [], [[2.0, 3.0]], "abc", [1e300], [2.0, 1e7]])
 def test_bad_orders(orders):
     for call in (
         lambda: R.gaussian_rdp(1.0, orders),
@@ -86,6 +87,14 @@ def test_bad_orders(orders):
     ):
         with pytest.raises(ValueError, match="orders must be"):
             call()
+
+
+def test_orders_up_to_the_largest_are_evaluated_and_conversion_takes_any():
+    value = R.subsampled_gaussian_rdp(0.01, 1.0, [R.MAX_ORDER])
+    assert np.isfinite(value).all()
+    # a conversion of given values needs no sum over the order
+    epsilon_value, order = R.epsilon_from_rdp([2.0, 1e300], [1.0, 1.0], 1e-5)
+    assert order == 1e300 and math.isfinite(epsilon_value)
 
 
 def test_bad_parameters():
