@@ -26,7 +26,7 @@ from dpforge.errors import ParameterError, UnsupportedError
 from dpforge.mechanisms import lmo_density as kernels
 from dpforge.mechanisms.base import Mechanism
 from dpforge.mechanisms.pairs import MonotonePair, Under, _as_array
-from dpforge.validation import require_count, require_positive
+from dpforge.validation import require_count, require_positive, require_real, shown
 
 Norm = Literal["l1", "l2"]
 COMPONENTS = ("gamma", "exponential", "uniform")
@@ -59,16 +59,20 @@ def _require_not_nan(name: str, values: np.ndarray) -> np.ndarray:
 
 
 def _require_weights(weights: object) -> tuple[float, float, float]:
+    # a string is iterable too: '100' must not pass as (1, 0, 0)
+    if isinstance(weights, (str, bytes)):
+        raise ParameterError(f"weights must be three non-negative numbers summing to 1, got {shown(weights)}")
     try:
-        values = tuple(float(w) for w in weights)  # type: ignore[union-attr]
-    except (TypeError, ValueError):
-        raise ParameterError(f"weights must be three non-negative numbers summing to 1, got {weights!r}") from None
-    if len(values) != 3:
+        items = tuple(weights)  # type: ignore[arg-type]
+    except TypeError:
+        raise ParameterError(f"weights must be three non-negative numbers summing to 1, got {shown(weights)}") from None
+    if len(items) != 3:
         raise ParameterError(
-            f"weights must be three numbers (gamma, exponential, uniform) summing to 1, got {len(values)}"
+            f"weights must be three numbers (gamma, exponential, uniform) summing to 1, got {len(items)}"
         )
+    values = tuple(require_real(f"weights ({name})", w) for name, w in zip(COMPONENTS, items))
     for name, w in zip(COMPONENTS, values):
-        if not math.isfinite(w) or w < 0:
+        if w < 0:
             raise ParameterError(f"weights ({name}) must be a finite number >= 0, got {w!r}")
     total = sum(values)
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
@@ -223,7 +227,8 @@ class LMO(Mechanism):
             raise ParameterError(f"size must be a non-negative integer or a tuple of them, got {size!r}")
         count = int(np.prod(shape, dtype=np.int64))
         eta = self.sample_eta(count, rng)
-        return (rng.laplace(0.0, 1.0, count) / eta).reshape(shape)
+        with np.errstate(divide="ignore"):  # an eta that underflowed to 0 is noise of +-inf
+            return (rng.laplace(0.0, 1.0, count) / eta).reshape(shape)
 
     def sample_eta(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """``count`` draws of the inverse scale eta from the mixture."""

@@ -240,6 +240,9 @@ def test_json_round_trip():
         ({"weights": (-0.1, 0.6, 0.5)}, "weights"),
         ({"weights": (1.0, 0.0)}, "three"),
         ({"weights": (1.0, 0.0, float("nan"))}, "weights"),
+        ({"weights": "100"}, "weights"),  # a string was read as (1, 0, 0)
+        ({"weights": ("1", 0, 0)}, "weights"),
+        ({"weights": 5}, "weights"),
         ({"gamma_shape": 0.0}, "gamma_shape"),
         ({"gamma_scale": -1.0}, "gamma_scale"),
         ({"exponential_rate": float("inf")}, "exponential_rate"),
@@ -273,6 +276,16 @@ def test_rdp_engine_reports_its_lmo_bound():
     assert "exact quadrature" in exact.accuracy["bounds"][0] and "MGF" in loose.accuracy["bounds"][0]
     with pytest.raises(ValueError, match="lmo_bound"):
         epsilon(description, 1e-5, engine="rdp", lmo_bound="published")
+
+
+@pytest.mark.parametrize("parameters", [{"gamma_shape": 1e-300}, {"weights": (0, 1, 0), "exponential_rate": 1e300}])
+def test_exact_rdp_outside_the_double_range_is_a_limit_error(parameters):
+    from dpforge.errors import LimitError
+    from dpforge.mechanisms import LMO
+
+    # the quadrature's range reached inf: an OverflowError from int(inf) before
+    with pytest.raises(LimitError, match="outside the floating-point range"):
+        lmo_rdp_exact(LMO(**parameters), [2.0])
 
 
 def test_bad_shapes_shifts_and_points():
