@@ -18,7 +18,7 @@ from dpforge.accounting.prv.total_variation import total_variation_bound
 from dpforge.accounting.results import DeltaResult, EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Description, flatten
-from dpforge.validation import require_non_negative, require_positive, require_probability_open
+from dpforge.validation import require_count, require_non_negative, require_positive, require_probability_open
 
 #: the engine's name in the registry of :mod:`dpforge.accounting.api`
 NAME = "prv"
@@ -126,6 +126,7 @@ def _epsilon(
     closed_form = _require_flag("closed_form", closed_form)
     delta = require_probability_open("delta", delta)
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    max_refinements = require_count("max_refinements", max_refinements, minimum=0)
     components = _components(description)
     tail = 1e-4 * delta
     first_refinement = None
@@ -313,6 +314,7 @@ def delta_evaluation(
     relative accuracy (deltas below 1e-14 are not refined for).  With one epsilon the
     composition may be tilted there (:mod:`.tilt`) when round-off would limit it."""
     relative_accuracy = require_positive("relative_accuracy", relative_accuracy)
+    max_refinements = require_count("max_refinements", max_refinements, minimum=0)
     components = _components(description)
     tail = 1e-16
 

@@ -78,6 +78,9 @@ def test_large_epsilon_and_tiny_delta_are_finite():
     assert math.isfinite(tiny.upper) and tiny.lower <= tiny.upper
 
 
+_SAMPLED = Composed([(PoissonSampled(Gaussian(1.0), 0.01), 10)])
+
+
 @pytest.mark.parametrize(
     "call, name",
     [
@@ -90,6 +93,11 @@ def test_large_epsilon_and_tiny_delta_are_finite():
         (lambda: delta(Gaussian(1.0), float("inf")), "epsilon"),
         (lambda: epsilon("not a mechanism", 1e-5), "description"),
         (lambda: epsilon(Gaussian(1.0), 1e-5, step=-1.0), "step"),
+        # a string was a TypeError; -1, 1.5 and NaN were taken as they came
+        (lambda: epsilon(_SAMPLED, 1e-5, max_refinements="x"), "max_refinements"),
+        (lambda: epsilon(_SAMPLED, 1e-5, max_refinements=-1), "max_refinements"),
+        (lambda: epsilon(_SAMPLED, 1e-5, max_refinements=1.5), "max_refinements"),
+        (lambda: delta(_SAMPLED, 1.0, max_refinements=float("nan")), "max_refinements"),
     ],
 )
 def test_bad_input(call, name):
