@@ -7,8 +7,9 @@ accountant in :mod:`dpforge.accounting` decides how to count it.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Union
+from typing import Union
 
 import numpy as np
 
@@ -23,7 +24,7 @@ from dpforge.mechanisms.sampling import (
     doubled,
     unwrap,
 )
-from dpforge.validation import LARGEST_COUNT, SMALLEST_PROBABILITY, require_count, require_sampling_rate
+from dpforge.validation import LARGEST_COUNT, SMALLEST_PROBABILITY, require_count, require_sampling_rate, shown
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class Composed:
 
     def __init__(self, parts: Iterable[tuple["Description", int]]) -> None:
         checked = []
+        if isinstance(parts, (str, bytes, Mapping)) or not isinstance(parts, Iterable):
+            raise ParameterError(f"Composed.parts must be a sequence of (description, count) pairs, got {shown(parts)}")
         for index, item in enumerate(parts):
             try:
                 description, count = item

@@ -103,8 +103,8 @@ def test_composition_accepts_integral_counts():
 
 @pytest.mark.parametrize(
     "parts",
-    [[], [Gaussian(1.0)], [(Gaussian(1.0),)], [(Gaussian(1.0), 1, 2)], [("gaussian", 1)], [(None, 1)]],
-    ids=["empty", "bare", "1-tuple", "3-tuple", "str", "None"],
+    [[], [Gaussian(1.0)], [(Gaussian(1.0),)], [(Gaussian(1.0), 1, 2)], [("gaussian", 1)], [(None, 1)], 5, None, "ab", {Gaussian(1.0): 1}],
+    ids=["empty", "bare", "1-tuple", "3-tuple", "str", "None", "number", "no-parts", "string", "mapping"],
 )
 def test_composition_parts_are_validated(parts):
     with pytest.raises(ValueError, match="Composed.parts"):
