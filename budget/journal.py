@@ -130,6 +130,8 @@ def read_journal(source: str | os.PathLike[str] | bytes) -> Recovered:
     InputFileError)."""
     if isinstance(source, (bytes, bytearray)):
         raw = bytes(source)
+    elif not isinstance(source, (str, os.PathLike)):
+        raise InputFileError(f"journal must be a path or the journal's bytes, got {type(source).__name__}")
     else:
         try:
             with open(os.fspath(source), "rb") as handle:

@@ -433,12 +433,12 @@ def _one_line(text: str) -> str:
 def parse_plan(text: str, source: str = _DEFAULT_SOURCE) -> Plan:
     """Parse a plan from TOML ``text``; errors name ``source`` (unless it is the default)."""
     location = None if source == _DEFAULT_SOURCE else source
+    if not isinstance(text, str):  # tomllib raises AttributeError for a dict or a number
+        raise PlanError("", f"plan text must be a string (TOML), got {type(text).__name__}", location)
     try:
         document = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise PlanError("", f"not valid TOML: {_one_line(error)}", location) from None
-    except TypeError:
-        raise PlanError("", f"plan text must be a string, got {type(text).__name__}", location) from None
     except RecursionError:
         raise PlanError("", f"nested deeper than {MAX_NESTING} levels", location) from None
     try:

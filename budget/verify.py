@@ -11,6 +11,7 @@ from dpforge.accounting.results import SCHEMA_VERSION, EpsilonResult, accuracy_r
 from dpforge.budget.plan import Plan
 from dpforge.errors import DpforgeAccuracyWarning, ParameterError, warn_caller
 from dpforge.mechanisms.sampling import lower_bound_description, result_labels
+from dpforge.validation import shown
 
 @dataclass(frozen=True)
 class PhaseCheck:
@@ -122,8 +123,10 @@ def verify_plan(plan: Plan, *, relative_accuracy: float = 1e-3, rows: str = "eve
     Its lower bound can be below the table's, which also takes the earlier rows' lower
     bounds.
     """
+    if not isinstance(plan, Plan):
+        raise ParameterError(f"plan must be a Plan (parse_plan or load_plan reads one), got {type(plan).__name__}")
     if rows not in ROWS:
-        raise ParameterError(f"rows must be one of {', '.join(map(repr, ROWS))}, got {rows!r}")
+        raise ParameterError(f"rows must be one of {', '.join(map(repr, ROWS))}, got {shown(rows)}")
     account = epsilon_prefixes if rows == "every" else _whole_plan
     reported = list(enumerate(plan.phases)) if rows == "every" else [(len(plan.phases) - 1, plan.phases[-1])]
     checks: list[PhaseCheck] = []

@@ -128,3 +128,10 @@ def test_ledger_json_file_round_trip(tmp_path):
     (tmp_path / "torn.json").write_bytes((tmp_path / "ledger.json").read_bytes()[:-20])
     with pytest.raises(ValueError, match="cannot read ledger"):
         Ledger.load_json(tmp_path / "torn.json")
+
+
+@pytest.mark.parametrize("source", [5, None, [b"{}"]])
+def test_a_journal_is_a_path_or_bytes(source):
+    # a TypeError from open() before
+    with pytest.raises(ValueError, match="journal must be a path or the journal's bytes"):
+        Ledger.from_journal(source)

@@ -200,6 +200,10 @@ INVALID = [
     ("delta = \n", ["not valid TOML"]),
     ("this is not toml at all", ["not valid TOML"]),
     ('delta = 1e-5\n[[phases]]\nnoise = "gaussian"\nnoise = "laplace"\n', ["not valid TOML"]),
+    # a dict or a number reached tomllib and came back as an AttributeError
+    ({"delta": 1e-5, "phases": []}, ["plan text must be a string", "dict"]),
+    (5, ["plan text must be a string", "int"]),
+    (b"delta = 1e-5", ["plan text must be a string", "bytes"]),
 ]
 
 

@@ -77,6 +77,13 @@ def test_rows_must_be_every_or_last():
         verify_plan(plan, rows="some")
 
 
+@pytest.mark.parametrize("plan", [None, "within_budget.toml", {"delta": 1e-5}])
+def test_verify_takes_a_plan(plan):
+    # an AttributeError ('... has no attribute phases') before
+    with pytest.raises(ValueError, match="plan must be a Plan"):
+        verify_plan(plan)
+
+
 def test_verify_rows_last_on_the_command_line(capsys):
     over = str(EXAMPLES / "over_budget.toml")
     assert main(["verify", over, "--rows", "last", "--json"]) == 1
