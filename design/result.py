@@ -27,7 +27,7 @@ from dpforge.errors import InputFileError
 from dpforge.files import atomic_write_text
 from dpforge.mechanisms.lmo import LMO
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
-from dpforge.validation import require_count
+from dpforge.validation import require_count, require_probability_open, require_sampling_rate
 
 #: integer fields (counts >= 0) and string fields of a result
 _COUNTS = ("steps", "evaluations", "epsilon_evaluations", "seed")
@@ -137,8 +137,12 @@ class LMOSearchResult:
                     fields[name] = tuple(value)
                 elif name in _COUNTS:
                     if isinstance(value, bool) or not isinstance(value, int):
-                        raise ValueError(f"expected an integer >= 0, got {value!r}")
-                    fields[name] = require_count(name, value, 0)
+                        raise ValueError(f"expected an integer >= {1 if name == 'steps' else 0}, got {value!r}")
+                    fields[name] = require_count(name, value, 1 if name == "steps" else 0)
+                elif name == "delta":
+                    fields[name] = require_probability_open(name, _float(value))
+                elif name == "sampling_rate":
+                    fields[name] = require_sampling_rate(name, _float(value))
                 elif name in _STRINGS:
                     if not isinstance(value, str):
                         raise ValueError(f"expected a string, got {value!r}")

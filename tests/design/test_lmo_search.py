@@ -251,6 +251,12 @@ def test_from_dict_rejects_bad_results(result):
         LMOSearchResult.from_dict({**data, "std": [1]})
     with pytest.raises(ValueError, match="'mechanism'"):
         LMOSearchResult.from_dict({**data, "mechanism": {"weights": [0.5, 0.5]}})
+    # a workload no search could have had (read back, then accounted by `dpforge epsilon --lmo`)
+    for field, value, allowed in [("delta", 2.0, "delta must be in"), ("delta", 0.0, "delta must be in"),
+                                  ("sampling_rate", 1.5, r"sampling_rate must be in \(0, 1\]"),
+                                  ("steps", 0, "steps must be an integer >= 1"), ("steps", 10**30, "at most 2\\*\\*53")]:
+        with pytest.raises(ValueError, match=f"'{field}'.*{allowed}"):
+            LMOSearchResult.from_dict({**data, field: value})
 
 
 def test_result_errors_are_typed_and_old_files_load(result):
