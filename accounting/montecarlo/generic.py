@@ -18,7 +18,7 @@ import numpy as np
 
 from dpforge.accounting.montecarlo.samplers import StepSampler
 from dpforge.accounting.montecarlo.tilting import _binomial_terms, _logsumexp
-from dpforge.errors import UnsupportedError
+from dpforge.errors import LimitError, UnsupportedError
 from dpforge.mechanisms.combinators import Component
 from dpforge.mechanisms.pairs import Direction, subsampled_log_ratio
 
@@ -27,6 +27,10 @@ _GL_PANELS = 64
 _GL_ORDER = 24
 #: expected proposals per step above which a rejection-sampled tilt is not used
 _MAX_PROPOSALS = 64.0
+#: the largest |r| (nats) a bounded pair may reach: the quadrature's nodes t - r_max keep
+#: about 1e-12 nats of absolute precision there (an LMO of gamma_scale 1e300 reached 7e299,
+#: where they keep none and the tilted normalisers became noise)
+MAX_LOSS_RANGE = 1e4
 
 
 class NumpyStepSampler(StepSampler):
@@ -49,12 +53,19 @@ class NumpyStepSampler(StepSampler):
         super().__init__(component, direction)
         self.draw_base = draw_base
         self.r_min, self.r_max = float(self.pair.r_min), float(self.pair.r_max)
+        reach = max(abs(self.r_min), abs(self.r_max))
+        if math.isfinite(reach) and reach > MAX_LOSS_RANGE:
+            raise LimitError(
+                f"montecarlo: the privacy loss of {type(self.pair).__name__} spans [{self.r_min:.6g}, {self.r_max:.6g}] nats, "
+                f"past the {MAX_LOSS_RANGE:g} nats the engine's quadrature resolves"
+            )
         self.mode = "remove" if (direction == "remove" or component.symmetric) else "add"
         self.mode_loss = component.privacy_loss_distribution(self.mode)
         if math.isfinite(self.r_min) and math.isfinite(self.r_max) and self.r_max > self.r_min:
             self.tilt = "integer" if (self.mode == "remove" and self.q < 1.0) else "real"
         self._rules: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._cache: dict[float, tuple[float, np.ndarray, np.ndarray, float]] = {}
+        self._log_c_cache: dict[float, float] = {}
 
     # -- quadrature on the law of r under Q0 ------------------------------------------
     def _quadrature(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
@@ -75,19 +86,35 @@ class NumpyStepSampler(StepSampler):
         return self._rules
 
     @staticmethod
-    def _upper(values: list[float]) -> float:
-        return max(values) + abs(values[0] - values[1])
+    def _log_upper(log_values: list[float]) -> float:
+        """log(max(a, b) + |a - b|) of the two resolutions' values, from their logs (summed
+        in log space: a law piled against r_min made e^{j (r_min - r_max)} underflow to 0)."""
+        high, low = max(log_values), min(log_values)
+        if not math.isfinite(high):
+            raise LimitError(f"montecarlo: a tilted normaliser is {math.exp(high)!r} (a privacy loss outside the double range)")
+        return high + math.log(2.0 - math.exp(low - high))
+
+    @staticmethod
+    def _log_terms(first: float, logs: np.ndarray, factors: np.ndarray) -> float:
+        """log(e^first + sum factors e^logs), factors >= 0."""
+        positive = factors > 0
+        terms = logs[positive] + np.log(factors[positive])
+        top = max(first, float(terms.max())) if terms.size else first
+        if not math.isfinite(top):
+            return top
+        return top + math.log(math.exp(first - top) + float(np.sum(np.exp(terms - top))))
 
     def _log_c(self, j: float) -> float:
         """log E_Q0[e^{j r}] (an over-estimate): e^{j r_min} + int j e^{j t} Pr(r > t) dt."""
         if j == 0:
             return 0.0
-        scale = j * self.r_max
-        values = [
-            math.exp(j * (self.r_min - self.r_max)) + float(np.sum(w * j * np.exp(j * (t - self.r_max)) * sf))
-            for t, w, sf, _ in self._quadrature()
-        ]
-        return scale + math.log(self._upper(values))
+        if j not in self._log_c_cache:  # the same j recur in every tilt's binomial expansion
+            log_values = [
+                self._log_terms(j * (self.r_min - self.r_max), j * (t - self.r_max), w * j * sf)
+                for t, w, sf, _ in self._quadrature()
+            ]
+            self._log_c_cache[j] = j * self.r_max + self._log_upper(log_values)
+        return self._log_c_cache[j]
 
     def _build(self, lam: float) -> tuple[float, np.ndarray, np.ndarray, float]:
         """(log M, mixture j values, their probabilities, expected proposals per step)."""
@@ -103,15 +130,14 @@ class NumpyStepSampler(StepSampler):
             else:
                 q = self.q
                 top = float(subsampled_log_ratio(self.r_min, q))
-                values = []
+                log_values = []
                 for t, w, _, cdf in self._quadrature():
                     ell_t = subsampled_log_ratio(t, q)
                     slope = q * np.exp(t - ell_t)
-                    values.append(
-                        math.exp(-lam * (float(subsampled_log_ratio(self.r_max, q)) - top))
-                        + float(np.sum(w * lam * slope * np.exp(-lam * (ell_t - top)) * cdf))
+                    log_values.append(
+                        self._log_terms(-lam * (float(subsampled_log_ratio(self.r_max, q)) - top), -lam * (ell_t - top), w * lam * slope * cdf)
                     )
-                log_m = -lam * top + math.log(self._upper(values))
+                log_m = -lam * top + self._log_upper(log_values)
                 js, probabilities = np.array([0.0]), np.array([1.0])
                 proposals = float(math.exp(-lam * top - log_m))
             self._cache[lam] = (log_m, js, probabilities, proposals)
@@ -134,7 +160,13 @@ class NumpyStepSampler(StepSampler):
         return np.clip(np.asarray(self.pair.log_likelihood_ratio(x), dtype=float), self.r_min, self.r_max)
 
     def _base(self, under: str, size: int, rng: np.random.Generator) -> np.ndarray:
-        return np.asarray(self.draw_base(self.pair, under, size, rng), dtype=float)
+        x = np.asarray(self.draw_base(self.pair, under, size, rng), dtype=float)
+        if not np.isfinite(x).all():  # its loss would be NaN, and a rejection loop on it never ends
+            raise LimitError(
+                f"montecarlo: {type(self.pair).__name__} drew an output of {float(x[~np.isfinite(x)][0])!r} "
+                "(noise past the double range: its privacy loss is undefined)"
+            )
+        return x
 
     def draw(self, size: int, rng: np.random.Generator, lam: float = 0.0) -> np.ndarray:
         """``size`` one-step losses: plain draws under P for lam = 0, otherwise exact draws

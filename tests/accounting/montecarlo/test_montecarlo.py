@@ -414,6 +414,33 @@ def test_errors_are_typed():
         epsilon(Composed([(PoissonSampled(_WrappedLaplace(1.0), 0.2), 10)]), 1e-2, engine="montecarlo", samples=1000, seed=1)
 
 
+@pytest.mark.parametrize(
+    "parameters, message",
+    [
+        # eta drawn as 0: infinite noise, a NaN loss, and a rejection loop that never ended
+        ({"gamma_shape": 1e-300}, "drew an output of inf"),
+        # a loss range of +-7e299 nats: math domain error in the tilted normaliser
+        ({"gamma_shape": 1e300}, "spans"),
+    ],
+)
+def test_extreme_lmo_is_a_limit_error(parameters, message):
+    lmo = pytest.importorskip("dpforge.mechanisms.lmo")
+    description = PoissonSampled(lmo.LMO(**parameters), 0.01)
+    with pytest.raises(LimitError, match=message):
+        epsilon(description, 1e-5, engine="montecarlo", samples=10_000, seed=1)
+
+
+def test_tilted_normaliser_in_log_space_where_the_law_piles_at_the_end():
+    """e^{j (r_min - r_max)} underflowed to 0 (a math domain error in log) for a law with
+    no mass above r_min at large j; in log space it is j (r_min - r_max) itself."""
+    from dpforge.accounting.montecarlo.generic import NumpyStepSampler
+
+    log_value = NumpyStepSampler._log_terms(-2000.0, np.array([-1e4, -3000.0]), np.array([0.0, 1.0]))
+    assert log_value == pytest.approx(-2000.0 + math.log1p(math.exp(-1000.0)), rel=1e-15)
+    # max(a, b) + |a - b| with a = e^-2000, b = 1.5 e^-2000: 2 e^-2000
+    assert NumpyStepSampler._log_upper([-2000.0, -2000.0 + math.log(1.5)]) == pytest.approx(-2000.0 + math.log(2.0), rel=1e-15)
+
+
 # --------------------------------------------------------------------------- heavier checks
 
 
