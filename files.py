@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from typing import BinaryIO, Callable, Iterator
 
@@ -35,6 +36,17 @@ def fsync_directory(folder: str | os.PathLike[str]) -> None:
         os.close(descriptor)
 
 
+def _is_special(path: str) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a folder (a device, a
+    FIFO, a socket): renaming a file over it would replace the node itself (as root,
+    ``--out /dev/null`` left a regular file in /dev)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
 @contextlib.contextmanager
 def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """Context manager yielding a binary handle on a temporary file next to ``path``; on
@@ -42,9 +54,16 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     folder is fsync'd); on an exception it is removed and ``path`` is left untouched.
 
     The new file gets the permissions a plain ``open(path, "w")`` would give (0666 less
-    the umask), not ``mkstemp``'s 0600.
+    the umask), not ``mkstemp``'s 0600.  A symbolic link is followed (its target is
+    replaced); a device or a FIFO (``/dev/null``, ``/dev/stdout``) is written in place,
+    since it cannot be renamed over.
     """
-    destination = os.path.abspath(os.fspath(path))
+    # a symbolic link is followed, so the file it names is replaced, not the link
+    destination = os.path.realpath(os.fspath(path))
+    if _is_special(destination):  # /dev/null, /dev/stdout, a FIFO: written in place
+        with open(destination, "wb") as stream:
+            yield stream
+        return
     folder, name = os.path.split(destination)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:

@@ -22,6 +22,28 @@ def test_write_and_replace(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # no temporary left
 
 
+def test_a_link_is_followed_and_its_target_replaced(tmp_path):
+    target = tmp_path / "run-7.json"
+    target.write_text("old")
+    link = tmp_path / "latest.json"
+    link.symlink_to(target.name)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs (POSIX)")
+def test_a_fifo_or_device_is_written_in_place(tmp_path):
+    # a rename over /dev/null replaced the device by a regular file (as root)
+    atomic_write_text(os.devnull, "discarded")
+    assert not os.path.isfile(os.devnull)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen([sys.executable, "-c", f"print(open({str(fifo)!r}).read(), end='')"], stdout=subprocess.PIPE)
+    atomic_write_text(fifo, "through the pipe")
+    assert reader.communicate(timeout=30)[0] == b"through the pipe"
+    assert not fifo.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
+
+
 def test_error_leaves_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "out.txt"
     path.write_text("old")
@@ -90,7 +112,7 @@ def test_dpforge_writers_go_through_atomic_files(tmp_path, monkeypatch):
     ledger.record(Gaussian(1.0), 0.1, steps=3)
     ledger.to_plan(tmp_path / "plan.toml", delta=1e-5)
     fields = {f.name: 1.0 for f in dataclasses.fields(LMOSearchResult)}
-    fields.update(mechanism=LMO(weights=(0.0, 1.0, 0.0), exponential_rate=2.0), steps=1, objective="std",
+    fields.update(mechanism=LMO(weights=(0.0, 1.0, 0.0), exponential_rate=2.0), steps=1, delta=1e-5, objective="std",
                   components=("exponential",), evaluations=1, epsilon_evaluations=1, seed=0, stopped_early=False,
                   engine="prv")
     result = LMOSearchResult(**fields)
