@@ -227,7 +227,7 @@ class LMO(Mechanism):
             raise ParameterError(f"size must be a non-negative integer or a tuple of them, got {size!r}")
         count = int(np.prod(shape, dtype=np.int64))
         eta = self.sample_eta(count, rng)
-        with np.errstate(divide="ignore"):  # an eta that underflowed to 0 is noise of +-inf
+        with np.errstate(divide="ignore", invalid="ignore"):  # an eta that underflowed to 0: noise of +-inf (NaN at 0/0)
             return (rng.laplace(0.0, 1.0, count) / eta).reshape(shape)
 
     def sample_eta(self, count: int, rng: np.random.Generator) -> np.ndarray:

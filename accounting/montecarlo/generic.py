@@ -27,9 +27,9 @@ _GL_PANELS = 64
 _GL_ORDER = 24
 #: expected proposals per step above which a rejection-sampled tilt is not used
 _MAX_PROPOSALS = 64.0
-#: the largest |r| (nats) a bounded pair may reach: the quadrature's nodes t - r_max keep
-#: about 1e-12 nats of absolute precision there (an LMO of gamma_scale 1e300 reached 7e299,
-#: where they keep none and the tilted normalisers became noise)
+#: the largest |r| (nats) a bounded pair may reach and still be tilted: the quadrature's
+#: nodes t - r_max keep about 1e-12 nats of absolute precision there (an LMO of
+#: gamma_shape 1e300 reached 7e299, where they keep none); beyond it, plain draws only
 MAX_LOSS_RANGE = 1e4
 
 
@@ -53,15 +53,10 @@ class NumpyStepSampler(StepSampler):
         super().__init__(component, direction)
         self.draw_base = draw_base
         self.r_min, self.r_max = float(self.pair.r_min), float(self.pair.r_max)
-        reach = max(abs(self.r_min), abs(self.r_max))
-        if math.isfinite(reach) and reach > MAX_LOSS_RANGE:
-            raise LimitError(
-                f"montecarlo: the privacy loss of {type(self.pair).__name__} spans [{self.r_min:.6g}, {self.r_max:.6g}] nats, "
-                f"past the {MAX_LOSS_RANGE:g} nats the engine's quadrature resolves"
-            )
         self.mode = "remove" if (direction == "remove" or component.symmetric) else "add"
         self.mode_loss = component.privacy_loss_distribution(self.mode)
-        if math.isfinite(self.r_min) and math.isfinite(self.r_max) and self.r_max > self.r_min:
+        # past MAX_LOSS_RANGE the quadrature cannot price a tilt: plain draws only
+        if max(abs(self.r_min), abs(self.r_max)) <= MAX_LOSS_RANGE and self.r_max > self.r_min:
             self.tilt = "integer" if (self.mode == "remove" and self.q < 1.0) else "real"
         self._rules: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._cache: dict[float, tuple[float, np.ndarray, np.ndarray, float]] = {}
@@ -89,14 +84,18 @@ class NumpyStepSampler(StepSampler):
     def _log_upper(log_values: list[float]) -> float:
         """log(max(a, b) + |a - b|) of the two resolutions' values, from their logs (summed
         in log space: a law piled against r_min made e^{j (r_min - r_max)} underflow to 0)."""
+        if any(math.isnan(value) or value == math.inf for value in log_values):
+            raise LimitError(f"montecarlo: a tilted normaliser is not a finite number (logarithms {log_values!r})")
         high, low = max(log_values), min(log_values)
-        if not math.isfinite(high):
-            raise LimitError(f"montecarlo: a tilted normaliser is {math.exp(high)!r} (a privacy loss outside the double range)")
+        if high == -math.inf:
+            raise LimitError("montecarlo: a tilted normaliser is 0 (a privacy loss outside the double range)")
         return high + math.log(2.0 - math.exp(low - high))
 
     @staticmethod
     def _log_terms(first: float, logs: np.ndarray, factors: np.ndarray) -> float:
         """log(e^first + sum factors e^logs), factors >= 0."""
+        if math.isnan(first) or np.isnan(logs).any() or np.isnan(factors).any():  # dropping them would undercount
+            raise LimitError("montecarlo: the quadrature of a tilted normaliser met NaN (the pair's r_sf or r_cdf)")
         positive = factors > 0
         terms = logs[positive] + np.log(factors[positive])
         top = max(first, float(terms.max())) if terms.size else first

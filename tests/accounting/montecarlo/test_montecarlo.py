@@ -419,8 +419,9 @@ def test_errors_are_typed():
     [
         # eta drawn as 0: infinite noise, a NaN loss, and a rejection loop that never ended
         ({"gamma_shape": 1e-300}, "drew an output of inf"),
-        # a loss range of +-7e299 nats: math domain error in the tilted normaliser
-        ({"gamma_shape": 1e300}, "spans"),
+        # a loss range of +-7e299 nats (a math domain error in the tilted normaliser):
+        # past MAX_LOSS_RANGE it is not tilted, and plain draws cannot reach delta = 1e-5
+        ({"gamma_shape": 1e300}, "plain sampling.*would need about"),
     ],
 )
 def test_extreme_lmo_is_a_limit_error(parameters, message):
@@ -439,6 +440,11 @@ def test_tilted_normaliser_in_log_space_where_the_law_piles_at_the_end():
     assert log_value == pytest.approx(-2000.0 + math.log1p(math.exp(-1000.0)), rel=1e-15)
     # max(a, b) + |a - b| with a = e^-2000, b = 1.5 e^-2000: 2 e^-2000
     assert NumpyStepSampler._log_upper([-2000.0, -2000.0 + math.log(1.5)]) == pytest.approx(-2000.0 + math.log(2.0), rel=1e-15)
+    # a NaN from a plugged-in pair's r_sf is refused, not dropped (the sum would be short)
+    with pytest.raises(LimitError, match="NaN"):
+        NumpyStepSampler._log_terms(-1.0, np.array([-2.0, -3.0]), np.array([0.5, float("nan")]))
+    with pytest.raises(LimitError, match="not a finite number"):
+        NumpyStepSampler._log_upper([0.5, float("nan")])
 
 
 # --------------------------------------------------------------------------- heavier checks
