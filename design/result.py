@@ -27,7 +27,7 @@ from dpforge.errors import InputFileError
 from dpforge.files import atomic_write_text
 from dpforge.mechanisms.lmo import LMO
 from dpforge.mechanisms.serialize import mechanism_from_dict, mechanism_to_dict
-from dpforge.validation import require_count, require_probability_open, require_sampling_rate
+from dpforge.validation import LARGEST_COUNT, require_count, require_probability_open, require_sampling_rate
 
 #: integer fields (counts >= 0) and string fields of a result
 _COUNTS = ("steps", "evaluations", "epsilon_evaluations", "seed")
@@ -138,7 +138,8 @@ class LMOSearchResult:
                 elif name in _COUNTS:
                     if isinstance(value, bool) or not isinstance(value, int):
                         raise ValueError(f"expected an integer >= {1 if name == 'steps' else 0}, got {value!r}")
-                    fields[name] = require_count(name, value, 1 if name == "steps" else 0)
+                    # a search takes any seed >= 0 (search._check_inputs): no 2**53 limit for it
+                    fields[name] = require_count(name, value, 1 if name == "steps" else 0, None if name == "seed" else LARGEST_COUNT)
                 elif name == "delta":
                     fields[name] = require_probability_open(name, _float(value))
                 elif name == "sampling_rate":
