@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import stat
+import sys
 import tempfile
 from typing import BinaryIO, Callable, Iterator
 
@@ -36,10 +38,31 @@ def fsync_directory(folder: str | os.PathLike[str]) -> None:
         os.close(descriptor)
 
 
-def _is_special(path: str) -> bool:
+#: names of this process's open descriptors (/dev/stdout is a link to /proc/self/fd/1)
+_DESCRIPTOR_NAME = re.compile(r"/(?:proc/self|dev)/fd/([0-9]+)")
+_STANDARD_STREAMS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def _open_descriptor(path: str) -> int | None:
+    """The descriptor that ``path`` or a link it leads through names (``/dev/stdout``,
+    ``/dev/fd/3``), or None.  Such a path is written through a duplicate of the descriptor:
+    reopened, ``cmd > out`` would write at the file's start over what the process printed,
+    and a rename would replace the file (or, for a pipe, find no folder to write in)."""
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on a chain of links
+        match = _DESCRIPTOR_NAME.fullmatch(current)
+        if match or current in _STANDARD_STREAMS:
+            return int(match.group(1)) if match else _STANDARD_STREAMS[current]
+        if not os.path.islink(current):
+            return None
+        current = os.path.abspath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return None
+
+
+def _written_in_place(path: str) -> bool:
     """Whether ``path`` exists and is neither a regular file nor a folder (a device, a
-    FIFO, a socket): renaming a file over it would replace the node itself (as root,
-    ``--out /dev/null`` left a regular file in /dev)."""
+    FIFO, a socket): a rename over it would replace the node itself (as root, ``--out
+    /dev/null`` left a regular file in /dev)."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -55,15 +78,25 @@ def atomic_writer(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
 
     The new file gets the permissions a plain ``open(path, "w")`` would give (0666 less
     the umask), not ``mkstemp``'s 0600.  A symbolic link is followed (its target is
-    replaced); a device or a FIFO (``/dev/null``, ``/dev/stdout``) is written in place,
-    since it cannot be renamed over.
+    replaced).  ``/dev/stdout`` and other names of an open descriptor are written through
+    that descriptor (:func:`_open_descriptor`), and a device or a FIFO in place
+    (:func:`_written_in_place`): neither can be renamed over.
     """
-    # a symbolic link is followed, so the file it names is replaced, not the link
-    destination = os.path.realpath(os.fspath(path))
-    if _is_special(destination):  # /dev/null, /dev/stdout, a FIFO: written in place
-        with open(destination, "wb") as stream:
-            yield stream
+    given = os.fspath(path)
+    descriptor_number = _open_descriptor(given)
+    if descriptor_number is not None:  # /dev/stdout: through the open descriptor, at its offset
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):
+                stream.flush()
+        with os.fdopen(os.dup(descriptor_number), "wb") as handle:
+            yield handle
         return
+    if _written_in_place(given):  # /dev/null, a FIFO, a device
+        with open(given, "wb") as handle:
+            yield handle
+        return
+    # a symbolic link is followed, so the file it names is replaced, not the link
+    destination = os.path.realpath(given)
     folder, name = os.path.split(destination)
     descriptor, temporary = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=folder)
     try:

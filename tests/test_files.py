@@ -44,6 +44,27 @@ def test_a_fifo_or_device_is_written_in_place(tmp_path):
     assert not fifo.is_file() and sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]
 
 
+@pytest.mark.skipif(not os.path.exists("/proc/self/fd"), reason="needs /proc (Linux)")
+@pytest.mark.parametrize("mode", ["w", "a"])
+def test_dev_stdout_is_written_through_the_open_descriptor(tmp_path, mode):
+    """Redirected to a file, /dev/stdout was that file renamed over (what the process had
+    printed was lost, and with > a reopened file would be written from its start)."""
+    out = tmp_path / "out.txt"
+    out.write_text("earlier\n")
+    program = (
+        "from dpforge.files import atomic_write_text\n"
+        "print('before', flush=True)\n"
+        "atomic_write_text('/dev/stdout', 'result\\n')\n"
+        "print('after')\n"
+    )
+    with open(out, mode) as handle:
+        subprocess.run([sys.executable, "-c", program], stdout=handle, check=True, timeout=120)
+    expected = ("earlier\n" if mode == "a" else "") + "before\nresult\nafter\n"
+    assert out.read_text() == expected
+    piped = subprocess.run([sys.executable, "-c", program], capture_output=True, check=True, timeout=120)
+    assert piped.stdout == b"before\nresult\nafter\n"
+
+
 def test_error_leaves_old_file_and_no_temporary(tmp_path):
     path = tmp_path / "out.txt"
     path.write_text("old")
