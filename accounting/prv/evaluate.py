@@ -217,8 +217,12 @@ def evaluate(
     if "lower" in kinds:
         ceilings = {direction: math.inf for direction in fresh}
         if delta is not None:
-            ceilings.update({d: bound for d, bound in (upper_bounds or {}).items() if d in ceilings})
-            ceilings.update({d: p.epsilon(delta) for d, p in uppers.items()})
+            # each a certified upper eps of its direction, from any grid: the smaller holds
+            # (a tilted upper chain certifies nothing, +inf, for a direction far below its
+            # tilt, where an earlier untilted grid's bound is finite)
+            for d, bound in list((upper_bounds or {}).items()) + [(d, p.epsilon(delta)) for d, p in uppers.items()]:
+                if d in ceilings:
+                    ceilings[d] = min(ceilings[d], bound)
         # the direction that may set the maximum first; one whose certified upper eps is
         # at or below a lower eps already certified cannot raise the lower bound
         best = max((p.epsilon(delta) for p in lower), default=0.0) if delta is not None else math.inf
@@ -416,19 +420,27 @@ def _evaluate_chains(
     cache: dict | None = None,
     chunks: ChunkOptions = ChunkOptions(),
     delta: float | None = None,
+    ceilings_from: Evaluation | None = None,
 ) -> Evaluation:
     """Both chains at ``step``, or, when staged with an ``upper_step``, the upper chain on
     one grid at ``upper_step`` and only the lower chain staged at ``step``; for an
     epsilon query at ``delta``, no lower chain for a direction already dominated
-    (:func:`evaluate`).
+    (:func:`evaluate`), by its upper bounds here or in ``ceilings_from`` (an earlier
+    evaluation of the same query: at a tiny delta the untilted probe's add direction
+    reached at most 100 nats, certified, and its tilted chain at 250 certified nothing,
+    so its staged lower chain, a third of the call, was built for nothing: sigma = 0.3,
+    q = 1e-3, T = 1e5 at delta = 1e-15).
 
     Splitting is certified chain by chain: each chain's bound holds on any grid, so the
     pair (upper from one grid, lower from another) brackets the same true profile."""
     tilting = {"tilt_at": tilt_at, "floor": floor, "tilt_budget": tilt_budget, "exponents": exponents, "cache": cache}
+    known = _ceilings(ceilings_from, delta) if ceilings_from is not None else None
     if not staged or upper_step is None:
-        return evaluate(components, step, tail, staged=staged, settled=settled, chunks=chunks, delta=delta, **tilting)
+        return evaluate(
+            components, step, tail, staged=staged, settled=settled, chunks=chunks, delta=delta, upper_bounds=known, **tilting
+        )
     upper = evaluate(components, upper_step, tail, kinds=("upper",), **tilting)
-    ceilings = _ceilings(upper, delta)
+    ceilings = _lowest_ceilings(_ceilings(upper, delta), known)
     lower = evaluate(components, step, tail, kinds=("lower",), staged=True, chunks=chunks, delta=delta, upper_bounds=ceilings, **tilting)
     return Evaluation(step, upper.upper, lower.lower, upper.directions)
 
@@ -439,6 +451,19 @@ def _ceilings(evaluation: Evaluation, delta: float | None) -> dict[str, float] |
     if delta is None:
         return None
     return {direction: profile.epsilon(delta) for direction, profile in zip(evaluation.directions, evaluation.upper)}
+
+
+def _lowest_ceilings(*found: Mapping[str, float] | None) -> dict[str, float] | None:
+    """Each direction's smallest certified upper eps among ``found`` (None where none is
+    given): every one is certified for the same query, on whatever grid."""
+    given = [ceilings for ceilings in found if ceilings is not None]
+    if not given:
+        return None
+    merged: dict[str, float] = {}
+    for ceilings in given:
+        for direction, bound in ceilings.items():
+            merged[direction] = min(merged.get(direction, math.inf), bound)
+    return merged
 
 
 def _tighter(evaluation: Evaluation, finer: Evaluation, delta: float | None) -> Evaluation:
@@ -950,6 +975,7 @@ def refine(
                         cache=probe_measures,
                         chunks=probe_chunks,
                         delta=delta,
+                        ceilings_from=evaluation,
                     )
                 except LimitError:
                     # a tilted window past a named limit (sigma = 1.18, q = 1.1e-9, T = 22
@@ -1168,7 +1194,16 @@ def refine(
             try:
                 if upper_step is None:  # both chains are staged
                     finer = _evaluate_chains(
-                        components, step, tail, True, None, exponents=exponents, chunks=chunks, delta=delta, **tilt_options()
+                        components,
+                        step,
+                        tail,
+                        True,
+                        None,
+                        exponents=exponents,
+                        chunks=chunks,
+                        delta=delta,
+                        ceilings_from=evaluation,
+                        **tilt_options(),
                     )
                 else:
                     settled = evaluation.dominated(delta) if delta is not None else None
@@ -1262,7 +1297,16 @@ def refine(
                 finer = dataclasses.replace(_with_lower(evaluation, lower_only), step=step)
             else:
                 finer = _evaluate_chains(
-                    components, step, tail, staged, upper_step, settled=settled, exponents=exponents, delta=delta, **tilt_options()
+                    components,
+                    step,
+                    tail,
+                    staged,
+                    upper_step,
+                    settled=settled,
+                    exponents=exponents,
+                    delta=delta,
+                    ceilings_from=evaluation,
+                    **tilt_options(),
                 )
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import math
 
 import pytest
@@ -114,6 +115,29 @@ def test_dominated_direction_is_not_refined_but_bounds_stay_valid():
     full_low, full_high = full.epsilon(1e-5)
     assert max(result.lower, full_low) <= min(result.upper, full_high)
     assert result.upper >= full_low
+
+
+def test_a_dominated_direction_gets_no_staged_lower_chain_at_a_tiny_delta(monkeypatch):
+    """At delta = 1e-15 the tilted probe's upper chain for the add direction (eps far
+    below the tilt) certifies nothing (+inf), and its staged lower chain was built from
+    that: a third of the call for a bound that cannot raise the maximum.  The untilted
+    probe's finite upper bound for it now rules it out."""
+    components_module = importlib.import_module("dpforge.accounting.prv.components")
+    built = []
+    original = components_module._chunks
+
+    def spy(component, direction, sizes, *args, **kwargs):
+        built.append(direction)
+        return original(component, direction, sizes, *args, **kwargs)
+
+    monkeypatch.setattr(components_module, "_chunks", spy)
+    description = Composed([(PoissonSampled(Gaussian(0.3), 1e-3), 100_000)])
+    result = epsilon(description, 1e-15)
+    assert result.accuracy["reached"] and result.accuracy["tilted"]
+    assert built and set(built) == {"remove"}
+    # an independent certified bracket: both chains direct, untilted, at the same step
+    full_low, full_high = evaluate(flatten(description), result.accuracy["grid_step"], 1e-20).epsilon(1e-15)
+    assert max(result.lower, full_low) <= min(result.upper, full_high)
 
 
 @pytest.mark.slow
