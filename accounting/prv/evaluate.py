@@ -1194,16 +1194,8 @@ def refine(
             try:
                 if upper_step is None:  # both chains are staged
                     finer = _evaluate_chains(
-                        components,
-                        step,
-                        tail,
-                        True,
-                        None,
-                        exponents=exponents,
-                        chunks=chunks,
-                        delta=delta,
-                        ceilings_from=evaluation,
-                        **tilt_options(),
+                        components, step, tail, True, None, exponents=exponents, chunks=chunks, delta=delta,
+                        ceilings_from=evaluation, **tilt_options(),
                     )
                 else:
                     settled = evaluation.dominated(delta) if delta is not None else None
@@ -1297,16 +1289,8 @@ def refine(
                 finer = dataclasses.replace(_with_lower(evaluation, lower_only), step=step)
             else:
                 finer = _evaluate_chains(
-                    components,
-                    step,
-                    tail,
-                    staged,
-                    upper_step,
-                    settled=settled,
-                    exponents=exponents,
-                    delta=delta,
-                    ceilings_from=evaluation,
-                    **tilt_options(),
+                    components, step, tail, staged, upper_step, settled=settled, exponents=exponents, delta=delta,
+                    ceilings_from=evaluation, **tilt_options(),
                 )
         except LimitError:
             break  # a finer grid would pass a named limit: keep the certified bracket reached
