@@ -70,10 +70,14 @@ def _require_weights(weights: object) -> tuple[float, float, float]:
         raise ParameterError(
             f"weights must be three numbers (gamma, exponential, uniform) summing to 1, got {len(items)}"
         )
-    values = tuple(require_real(f"weights ({name})", w) for name, w in zip(COMPONENTS, items))
-    for name, w in zip(COMPONENTS, values):
-        if w < 0:
-            raise ParameterError(f"weights ({name}) must be a finite number >= 0, got {w!r}")
+    for name, w in zip(COMPONENTS, items):
+        try:
+            value = require_real(f"weights ({name})", w)
+        except ParameterError:
+            value = math.nan
+        if not value >= 0:  # NaN included
+            raise ParameterError(f"weights ({name}) must be a finite number >= 0 (three summing to 1), got {shown(w)}")
+    values = tuple(float(w) for w in items)
     total = sum(values)
     if abs(total - 1.0) > WEIGHT_TOLERANCE:
         raise ParameterError(f"weights must sum to 1 (within {WEIGHT_TOLERANCE:g}), got sum {total!r}")

@@ -278,6 +278,15 @@ def test_rdp_engine_reports_its_lmo_bound():
         epsilon(description, 1e-5, engine="rdp", lmo_bound="published")
 
 
+@pytest.mark.parametrize("weights", [("1", 0, 0), (float("nan"), 0, 1), (-0.1, 0.6, 0.5), (float("inf"), 0, 0)])
+def test_a_bad_weight_is_named_with_the_allowed_range(weights):
+    from dpforge.mechanisms import LMO
+
+    # a non-number said only "must be a finite number", without the range
+    with pytest.raises(ValueError, match=r"weights \(gamma\) must be a finite number >= 0 \(three summing to 1\)"):
+        LMO(weights=weights)
+
+
 @pytest.mark.parametrize("parameters", [{"gamma_shape": 1e-300}, {"weights": (0, 1, 0), "exponential_rate": 1e300}])
 def test_exact_rdp_outside_the_double_range_is_a_limit_error(parameters):
     from dpforge.errors import LimitError
