@@ -220,9 +220,9 @@ def evaluate(
             # each a certified upper eps of its direction, from any grid: the smaller holds
             # (a tilted upper chain certifies nothing, +inf, for a direction far below its
             # tilt, where an earlier untilted grid's bound is finite)
-            for d, bound in list((upper_bounds or {}).items()) + [(d, p.epsilon(delta)) for d, p in uppers.items()]:
-                if d in ceilings:
-                    ceilings[d] = min(ceilings[d], bound)
+            own = {d: p.epsilon(delta) for d, p in uppers.items()}
+            known = _lowest_ceilings(upper_bounds, own) or {}
+            ceilings = {direction: known.get(direction, math.inf) for direction in fresh}
         # the direction that may set the maximum first; one whose certified upper eps is
         # at or below a lower eps already certified cannot raise the lower bound
         best = max((p.epsilon(delta) for p in lower), default=0.0) if delta is not None else math.inf
