@@ -95,6 +95,11 @@ def test_orders_up_to_the_largest_are_evaluated_and_conversion_takes_any():
     # a conversion of given values needs no sum over the order
     epsilon_value, order = R.epsilon_from_rdp([2.0, 1e300], [1.0, 1.0], 1e-5)
     assert order == 1e300 and math.isfinite(epsilon_value)
+    # past the largest order a bound can fall by at most 7.1e-4 nats (rho does not
+    # decrease): a flat curve, the case where larger orders gain most, at delta = 1e-300
+    at_largest, _ = R.epsilon_from_rdp([R.MAX_ORDER], [0.5], 1e-300)
+    beyond, _ = R.epsilon_from_rdp([R.MAX_ORDER, 1e8, 1e300], [0.5, 0.5, 0.5], 1e-300)
+    assert 0.0 < at_largest - beyond <= 7.1e-4
 
 
 def test_bad_parameters():
