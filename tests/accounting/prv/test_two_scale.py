@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -170,7 +172,8 @@ def _direct_sum_of_products(coarse, rest, chunk, terms, first, length):
     every entry to a relative 1e-13, however small), from lattice index ``first``."""
     from scipy import special
 
-    out = np.zeros(length)
+    support = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
+    out = np.zeros(max(length, support - first))
     power = np.array([1.0])
     for k in range(terms + 1):
         if k > 0:
@@ -178,7 +181,7 @@ def _direct_sum_of_products(coarse, rest, chunk, terms, first, length):
         term = np.convolve(coarse[k].masses, power) * special.comb(chunk, k)
         offset = coarse[k].first_index + k * rest.first_index - first
         out[offset : offset + term.size] += term
-    return out
+    return out[:length]
 
 
 def test_tilted_sum_of_products_is_below_the_exact_sum_and_keeps_rare_entries():
@@ -195,8 +198,13 @@ def test_tilted_sum_of_products_is_below_the_exact_sum_and_keeps_rare_entries():
     chunk, terms = 50, 3
     untilted = two_scale._sum_of_products(coarse, rest, chunk, terms)
     tilted = two_scale._sum_of_products(coarse, rest, chunk, terms, theta=8.0)
-    assert tilted.first_index == untilted.first_index and tilted.masses.size == untilted.masses.size
-    exact = _direct_sum_of_products(coarse, rest, chunk, terms, untilted.first_index, untilted.masses.size)
+    assert tilted.first_index == untilted.first_index
+    # each window may end before the support does (the entries past it dropped)
+    support = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
+    exact = _direct_sum_of_products(coarse, rest, chunk, terms, untilted.first_index, support - untilted.first_index + 1)
+    assert untilted.masses.size <= exact.size and tilted.masses.size <= exact.size
+    untilted_masses, tilted_masses = (np.pad(m.masses, (0, exact.size - m.masses.size)) for m in (untilted, tilted))
+    untilted, tilted = (dataclasses.replace(m, masses=masses) for m, masses in ((untilted, untilted_masses), (tilted, tilted_masses)))
     assert np.all(untilted.masses <= exact * (1 + 1e-12))
     assert np.all(tilted.masses <= exact * (1 + 1e-12))
     assert tilted.masses.sum() >= (1 - 1e-8) * untilted.masses.sum()
@@ -231,6 +239,38 @@ def test_an_empty_rest_leaves_the_first_term_of_the_sum_of_products(theta):
     assert np.all(nothing.masses == 0.0)
 
 
+@pytest.mark.parametrize("theta", [0.0, 1.5])
+def test_the_sum_of_products_window_ends_where_what_lies_beyond_is_negligible(theta):
+    """A rest whose law thins out: the K = 4 terms reach 80 nats, but the sum's (tilted)
+    mass past a fraction of that lies far below the round-off allowance, so the window
+    ends there (it held the whole support before).  Every entry is still at most the
+    exact one (direct convolution), the mass kept is the exact mass to 1e-9, and the
+    bound on the (tilted, scaled) mass past the window is at least the exact one."""
+    from dpforge.accounting.prv.discretise import GridMeasure
+
+    step = 0.01
+    x = np.arange(2_000) * step
+    rest = GridMeasure(40, np.exp(-3.0 * x) * 1e-4, step)
+    coarse = [GridMeasure(-20 + k, np.exp(-0.5 * ((x[:60] - 0.3) / 0.05) ** 2) / 12.5, step) for k in range(5)]
+    chunk, terms = 50, 4
+    summed = two_scale._sum_of_products(coarse, rest, chunk, terms, theta=theta)
+    first = summed.first_index
+    support = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
+    exact = _direct_sum_of_products(coarse, rest, chunk, terms, first, support - first + 1)
+    assert summed.masses.size < 0.5 * exact.size
+    assert np.all(summed.masses <= exact[: summed.masses.size] * (1 + 1e-12))
+    assert summed.masses.sum() >= (1 - 1e-9) * exact.sum()
+    # the bound on what wraps round the window, in the units _summed forms the sum in
+    scaled = [two_scale._scaled_entries(coarse[k], theta) for k in range(terms + 1)]
+    rest_top = two_scale._scaled_entries(rest, theta)[1]
+    logs = [two_scale._log_binomial(chunk, k) + top + k * rest_top for k, (_, top) in enumerate(scaled)]
+    scale = max(logs)
+    size, wrapped = two_scale._window(coarse, rest, chunk, terms, theta, first, exact.size, logs[0] - scale, scale)
+    assert size < exact.size
+    beyond = exact[size:] * np.exp(theta * (first + size + np.arange(exact.size - size)) * step - scale)
+    assert 0.0 < beyond.sum() <= wrapped
+
+
 def test_sum_of_products_holds_a_few_windows_whatever_the_number_of_terms():
     """Each term's row is formed, transformed and added in turn: 16 terms peak at about 6
     windows of traced memory (holding every row and its transform's temporaries, as
@@ -240,7 +280,7 @@ def test_sum_of_products_holds_a_few_windows_whatever_the_number_of_terms():
     from dpforge.accounting.prv.discretise import GridMeasure
 
     step, terms, chunk = 0.01, 16, 200
-    rest = GridMeasure(10, np.exp(-4.0 * np.arange(2_500) * step) * 1e-3, step)
+    rest = GridMeasure(10, np.full(2_500, 2e-5), step)  # heavy enough that the window holds every term
     coarse = [GridMeasure(k, np.exp(-0.5 * ((np.arange(3_000) * step - 5.0) / 2.0) ** 2) / 500.0, step) for k in range(terms + 1)]
     tracemalloc.start()
     try:
