@@ -65,6 +65,7 @@ from dpforge.accounting.prv.compose import _ROUNDING_FACTOR, _U, _log_mgf_kernel
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, _choose_phase, lower_measure, lower_on_grid
 from dpforge.accounting.prv.limits import check_grid
+from dpforge.accounting.prv.tilt_split import _log_binomial
 from dpforge.mechanisms.pairs import PrivacyLoss
 
 #: the tail part R of a chunk of c steps has mass rho with c * rho at most this
@@ -311,8 +312,6 @@ def _lifting_exponent(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, 
     return low
 
 
-def _log_binomial(chunk: int, k: int) -> float:
-    return float(special.gammaln(chunk + 1) - special.gammaln(k + 1) - special.gammaln(chunk - k + 1))
 
 
 def _scaled_entries(measure: GridMeasure, theta: float) -> tuple[np.ndarray | None, float]:
@@ -353,11 +352,12 @@ def _summed(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int
     size, wrapped = _window(coarse, rest, chunk, terms, theta, first, length, logs[0] - scale, scale)
     check_grid(size, "the window of a two-scale chunk")
     kept_length = min(length, size)
-    # a factor longer than the window wraps round it (one addition more an entry)
-    folded = any(
-        entries is not None and offset + entries.size > size
+    # a factor longer than the window wraps round it (an addition more an entry a wrap)
+    wraps = max(
+        (offset + entries.size - 1) // size
         for entries, offset in [(rest_entries, 0)]
         + [(scaled[k][0], coarse[k].first_index + k * rest.first_index - first) for k in range(terms + 1)]
+        if entries is not None
     )
     rest_spectrum = sp_fft.rfft(_folded(rest_entries, size, 0))
     # each term's row is placed on the window, transformed and added in turn, so the
@@ -378,21 +378,64 @@ def _summed(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int
     raw = sp_fft.irfft(total, size)
     del total
     # the allowance of .compose: a model of the FFT's error (products of terms + 2
-    # transforms and a sum of terms + 1; one addition more where a factor wrapped), or
-    # twice the most negative entry if larger; then the mass that wrapped round
+    # transforms and a sum of terms + 1; an addition more a wrap), or twice the most
+    # negative entry if larger; then the factors' own rounding in log space, relative to
+    # each entry, and the mass that wrapped round
     roundoff = max(
-        _ROUNDING_FACTOR * _U * (4.0 * (terms + 2) + float(folded) + math.log2(size)) * float(np.max(raw)),
+        _ROUNDING_FACTOR * _U * (4.0 * (terms + 2) + wraps + math.log2(size)) * float(np.max(raw)),
         2.0 * max(-float(np.min(raw)), 0.0),
     )
-    kept = np.maximum(raw[:kept_length] - roundoff - wrapped, 0.0)
+    relative = _factor_error(coarse, rest, chunk, terms, theta, scaled, rest_top, logs, scale)
+    kept = np.maximum((raw[:kept_length] - roundoff) / (1.0 + relative) - wrapped, 0.0)
     if theta == 0.0:
-        return kept * math.exp(scale)
+        return kept * (math.exp(scale) * (1.0 - 2.0 * _U * (abs(scale) + 2.0)))
     out = np.zeros(kept_length)
     positive = kept > 0.0
-    # the exponent is at most log of the exact entry (<= 1): no overflow
+    # the exponent is at most log of the exact entry (<= 1): no overflow; its rounding,
+    # u times the magnitudes it is formed from, is taken off each entry
     lattice = (first + np.flatnonzero(positive)) * step
-    out[positive] = np.exp(np.log(kept[positive]) + scale - theta * lattice)
+    exponent = np.log(kept[positive]) + scale - theta * lattice
+    error = 2.0 * _U * (np.abs(exponent) + np.abs(np.log(kept[positive])) + abs(scale) + 2.0 * np.abs(theta * lattice) + 2.0)
+    out[positive] = np.exp(exponent) * (1.0 - error)
     return out
+
+
+def _factor_error(
+    coarse: list[GridMeasure],
+    rest: GridMeasure,
+    chunk: int,
+    terms: int,
+    theta: float,
+    scaled: list[tuple[np.ndarray | None, float]],
+    rest_top: float,
+    logs: list[float],
+    scale: float,
+) -> float:
+    """A bound on the relative error, entry by entry, of the sum :func:`_summed`
+    transforms, before the transforms' own: each factor is formed in log space (an
+    entry e^{log m_j + theta x_j - top}, a term's weight e^{log C(chunk, k) + top_k +
+    k top_R - scale}), and an exponential carries the absolute rounding of its argument,
+    about u times the magnitudes it was summed from, as a relative error.  Term k
+    multiplies an entry of coarse[k], k of rest and its weight; all are non-negative,
+    so the sum's entries are within the largest term's error of themselves.  Twice
+    the first-order sum, for the products of the (1 + e)."""
+
+    def entries_error(measure: GridMeasure, top: float) -> float:
+        if theta == 0.0 or not math.isfinite(top):
+            return 2.0 * _U
+        positive = measure.masses[measure.masses > 0.0]
+        reach = max(abs(measure.first_index), abs(measure.first_index + measure.masses.size)) * measure.step
+        logs_reach = max(abs(math.log(float(positive.min()))), abs(math.log(float(positive.max()))))
+        return 2.0 * _U * (logs_reach + 2.0 * abs(theta) * reach + abs(top) + 2.0)
+
+    rest_error = entries_error(rest, rest_top)
+    worst = 0.0
+    for k in range(terms + 1):
+        if not math.isfinite(logs[k]):
+            continue
+        weight = 2.0 * _U * (abs(_log_binomial(chunk, k)) + abs(scaled[k][1]) + k * abs(rest_top) + abs(scale) + abs(logs[k] - scale) + 2.0)
+        worst = max(worst, entries_error(coarse[k], scaled[k][1]) + k * rest_error + weight)
+    return 2.0 * worst
 
 
 def _folded(entries: np.ndarray | None, size: int, offset: int) -> np.ndarray:
@@ -458,9 +501,16 @@ def _window(
         rows.append(_log_binomial(chunk, k) + log_term)
     exponent_sums = np.array(rows) - scale  # terms x exponents (-inf for an empty term)
 
+    # each log-MGF is an upper bound to the rounding of lam x, about u |lam| times the
+    # largest position, and each sum rounds too: a margin of a few u of the magnitudes
+    reach = max(abs(first), abs(first + length)) * step
+    counts = np.arange(terms + 1)[:, None] + 1.0
+    margin = 4.0 * _U * (np.where(np.isfinite(exponent_sums), np.abs(exponent_sums), 0.0) + abs(scale) + counts * shifted[None, :] * reach + 1.0)
+
     def wrapped(size: int) -> float:
         """The bound on the scaled tilted mass at indices first + size and up."""
-        logs = np.min(exponent_sums - exponents[None, :] * ((first + size) * step), axis=1)
+        edge = exponents[None, :] * ((first + size) * step)
+        logs = np.min(exponent_sums - edge + margin + 4.0 * _U * np.abs(edge), axis=1)
         return float(np.sum(np.exp(logs)))  # (an empty term's -inf adds 0)
 
     def target(size: int) -> float:

@@ -271,6 +271,75 @@ def test_the_sum_of_products_window_ends_where_what_lies_beyond_is_negligible(th
     assert 0.0 < beyond.sum() <= wrapped
 
 
+def _exact_sum_of_products(coarse, rest, chunk, terms, first, length):
+    """The sum of :func:`_direct_sum_of_products` in long double, from the exact binomial
+    integers: within about 1e-18 of itself wherever double would be within 1e-15."""
+    import math
+
+    support = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
+    out = np.zeros(max(length, support - first + 1), dtype=np.longdouble)
+    power = np.array([1.0], dtype=np.longdouble)
+    for k in range(terms + 1):
+        if k > 0:
+            power = np.convolve(power, rest.masses.astype(np.longdouble))
+        term = np.convolve(coarse[k].masses.astype(np.longdouble), power) * np.longdouble(math.comb(chunk, k))
+        offset = coarse[k].first_index + k * rest.first_index - first
+        out[offset : offset + term.size] += term
+    return out[:length]
+
+
+def test_folded_rows_add_what_passes_the_window_at_its_index_mod_the_window():
+    """A factor longer than the window is wrapped round it before its transform: the
+    circular convolution of wrapped rows is the wrapped linear one."""
+    entries = np.arange(1.0, 11.0)
+    assert np.array_equal(two_scale._folded(entries, 4, 1), [4.0 + 8.0, 1.0 + 5.0 + 9.0, 2.0 + 6.0 + 10.0, 3.0 + 7.0])
+    assert np.array_equal(two_scale._folded(entries[:3], 5, 1), [0.0, 1.0, 2.0, 3.0, 0.0])
+    assert np.array_equal(two_scale._folded(None, 3, 0), np.zeros(3))
+
+
+def _thinning_chunk():
+    """A rest thinning out as e^{-3x} over 20 nats and five bulk terms (K = 4)."""
+    from dpforge.accounting.prv.discretise import GridMeasure
+
+    step = 0.01
+    x = np.arange(2_000) * step
+    rest = GridMeasure(40, np.exp(-3.0 * x) * 1e-4, step)
+    coarse = [GridMeasure(-20 + k, np.exp(-0.5 * ((x[:60] - 0.3) / 0.05) ** 2) / 12.5, step) for k in range(5)]
+    return coarse, rest
+
+
+@pytest.mark.parametrize("theta", [0.0, 1.5])
+def test_a_window_cut_far_inside_the_support_stays_below_the_exact_sum(theta, monkeypatch):
+    """With the cut allowed 1e12 times the allowance, much of the sum's mass lies
+    past the window and wraps round it (the rest itself longer than the window): every
+    entry is still at most the exact sum's (long double, exact binomials), because the
+    bound on what wraps is taken off every entry; without that, the wrapped mass lifts
+    the first entries above it."""
+    monkeypatch.setattr(two_scale, "_CUT_SHARE", 1e12)
+    coarse, rest = _thinning_chunk()
+    summed = two_scale._sum_of_products(coarse, rest, 50, 4, theta=theta)
+    exact = _exact_sum_of_products(coarse, rest, 50, 4, summed.first_index, summed.masses.size)
+    assert summed.masses.size < rest.masses.size  # the rest was folded
+    assert np.all(summed.masses.astype(np.longdouble) <= exact)
+    assert summed.masses.sum() > 0.5 * float(exact.sum())
+
+
+def test_untilted_entries_stay_below_the_exact_sum_to_the_last_ulp():
+    """Tilted at theta = 5 (the window holds the whole sum), entries are untilted by
+    e^{log p~ + scale - theta x}, whose argument reaches tens of nats: its rounding, u
+    times those magnitudes, put 409 entries up to 3.5e-14 above the exact sum, past
+    the FFT's allowance, and gammaln's binomials (40-600 ulp off at chunk = 63-200)
+    did the same untilted.  With the exact binomials and each entry lowered by its
+    exponential's rounding, none is above (long double, exact binomials)."""
+    coarse, rest = _thinning_chunk()
+    for theta, chunk in ((5.0, 50), (0.0, 180)):
+        summed = two_scale._sum_of_products(coarse, rest, chunk, 4, theta=theta)
+        exact = _exact_sum_of_products(coarse, rest, chunk, 4, summed.first_index, summed.masses.size)
+        assert np.all(summed.masses.astype(np.longdouble) <= exact)
+        # (tilted far, the bulk's lowest entries fall below the tilted allowance)
+        assert summed.masses.sum() >= (1 - 1e-5) * float(exact.sum())
+
+
 def test_sum_of_products_holds_a_few_windows_whatever_the_number_of_terms():
     """Each term's row is formed, transformed and added in turn: 16 terms peak at about 6
     windows of traced memory (holding every row and its transform's temporaries, as
