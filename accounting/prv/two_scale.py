@@ -312,8 +312,6 @@ def _lifting_exponent(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, 
     return low
 
 
-
-
 def _scaled_entries(measure: GridMeasure, theta: float) -> tuple[np.ndarray | None, float]:
     """(m_j e^{theta (first + j) step - top} for the measure's entries, top): top is the
     largest log, so the largest entry is 1 (None and -inf for an empty measure)."""
@@ -347,6 +345,7 @@ def _summed(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int
     # (an empty rest, top -inf, leaves the k = 0 term alone: 0 x -inf would be nan)
     logs = [_log_binomial(chunk, k) + top + (k * rest_top if k else 0.0) for k, (_, top) in enumerate(scaled)]
     if not any(math.isfinite(value) for value in logs):
+        check_grid(length, "the window of a two-scale chunk")
         return np.zeros(length)  # every term empty: nothing to keep (a sub-measure)
     scale = max(value for value in logs if math.isfinite(value))
     size, wrapped = _window(coarse, rest, chunk, terms, theta, first, length, logs[0] - scale, scale)
@@ -482,10 +481,12 @@ def _window(
 
     (Chernoff: e^{theta i step} <= e^{(theta + lam) i step - lam (I + 1) step} there),
     Lambda the log of sum_j m_j e^{s (first_j + j) step}, bounded from above by
-    :func:`.compose._log_mgf_kernel` in lattice units (indices add under convolution).
-    n is the smallest whose bound, over e^``scale``, is at most ``_CUT_SHARE`` of the
-    round-off allowance at e^``log_first_peak`` (the first term's largest scaled entry,
-    at most the sum's largest: every term is non-negative), as a fast transform length."""
+    :func:`.compose._log_mgf_kernel` in lattice units (indices add under convolution),
+    with a margin for the rounding of lam x there and of the sums here.  n is about the
+    smallest (to 1/4096 of the support, then the next fast transform length) whose bound,
+    over e^``scale``, is at most ``_CUT_SHARE`` of the round-off allowance at
+    e^``log_first_peak`` (the first term's largest scaled entry, at most the sum's
+    largest: every term is non-negative); the whole support where none is."""
     full = sp_fft.next_fast_len(length, real=True)
     if not math.isfinite(log_first_peak) or length <= 1:
         return full, 0.0
@@ -516,7 +517,9 @@ def _window(
     def target(size: int) -> float:
         return _CUT_SHARE * _ROUNDING_FACTOR * _U * (4.0 * (terms + 2) + math.log2(size)) * math.exp(log_first_peak)
 
-    low, high = 0, length  # wrapped(low) may exceed the target; wrapped(high) is 0
+    # bisection on the window: at ``high`` the bound passes, or high is the whole support
+    # (where nothing wraps, whatever the bound says); at ``low`` it may not
+    low, high = 0, length
     while high - low > max(1, length // 4096):
         middle = (low + high) // 2
         if wrapped(middle) <= target(middle):
