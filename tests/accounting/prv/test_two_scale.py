@@ -239,6 +239,17 @@ def test_an_empty_rest_leaves_the_first_term_of_the_sum_of_products(theta):
     assert np.all(nothing.masses == 0.0)
 
 
+def _thinning_chunk():
+    """A rest thinning out as e^{-3x} over 20 nats and five bulk terms (K = 4)."""
+    from dpforge.accounting.prv.discretise import GridMeasure
+
+    step = 0.01
+    x = np.arange(2_000) * step
+    rest = GridMeasure(40, np.exp(-3.0 * x) * 1e-4, step)
+    coarse = [GridMeasure(-20 + k, np.exp(-0.5 * ((x[:60] - 0.3) / 0.05) ** 2) / 12.5, step) for k in range(5)]
+    return coarse, rest
+
+
 @pytest.mark.parametrize("theta", [0.0, 1.5])
 def test_the_sum_of_products_window_ends_where_what_lies_beyond_is_negligible(theta):
     """A rest whose law thins out: the K = 4 terms reach 80 nats, but the sum's (tilted)
@@ -246,13 +257,8 @@ def test_the_sum_of_products_window_ends_where_what_lies_beyond_is_negligible(th
     ends there (it held the whole support before).  Every entry is still at most the
     exact one (direct convolution), the mass kept is the exact mass to 1e-9, and the
     bound on the (tilted, scaled) mass past the window is at least the exact one."""
-    from dpforge.accounting.prv.discretise import GridMeasure
-
-    step = 0.01
-    x = np.arange(2_000) * step
-    rest = GridMeasure(40, np.exp(-3.0 * x) * 1e-4, step)
-    coarse = [GridMeasure(-20 + k, np.exp(-0.5 * ((x[:60] - 0.3) / 0.05) ** 2) / 12.5, step) for k in range(5)]
-    chunk, terms = 50, 4
+    coarse, rest = _thinning_chunk()
+    step, chunk, terms = rest.step, 50, 4
     summed = two_scale._sum_of_products(coarse, rest, chunk, terms, theta=theta)
     first = summed.first_index
     support = max(coarse[k].first_index + coarse[k].masses.size + k * (rest.first_index + rest.masses.size) for k in range(terms + 1))
@@ -295,17 +301,6 @@ def test_folded_rows_add_what_passes_the_window_at_its_index_mod_the_window():
     assert np.array_equal(two_scale._folded(entries, 4, 1), [4.0 + 8.0, 1.0 + 5.0 + 9.0, 2.0 + 6.0 + 10.0, 3.0 + 7.0])
     assert np.array_equal(two_scale._folded(entries[:3], 5, 1), [0.0, 1.0, 2.0, 3.0, 0.0])
     assert np.array_equal(two_scale._folded(None, 3, 0), np.zeros(3))
-
-
-def _thinning_chunk():
-    """A rest thinning out as e^{-3x} over 20 nats and five bulk terms (K = 4)."""
-    from dpforge.accounting.prv.discretise import GridMeasure
-
-    step = 0.01
-    x = np.arange(2_000) * step
-    rest = GridMeasure(40, np.exp(-3.0 * x) * 1e-4, step)
-    coarse = [GridMeasure(-20 + k, np.exp(-0.5 * ((x[:60] - 0.3) / 0.05) ** 2) / 12.5, step) for k in range(5)]
-    return coarse, rest
 
 
 @pytest.mark.parametrize("theta", [0.0, 1.5])
