@@ -44,7 +44,14 @@ from dpforge.accounting.prv.limits import check_grid, check_held, memory_budget
 from dpforge.accounting.prv.spectral_rows import SpectralRow, unit_roots
 from dpforge.accounting.prv.stand_in import GROUPS, stand_in
 from dpforge.accounting.prv.evaluate import _GRADED_MIN_HITS, _TILT_BUDGET, expected_hits
-from dpforge.accounting.prv.tilt import _MAX_LOG_SCALE, _MAX_LOG_TILTED_TAIL, TiltedComposition, _log_spread, _log_tilted_masses
+from dpforge.accounting.prv.tilt import (
+    _MAX_LOG_SCALE,
+    _MAX_LOG_TILTED_TAIL,
+    TiltedComposition,
+    _log_spread,
+    _log_tilted_masses,
+    tilted_mass_error,
+)
 from dpforge.accounting.results import EpsilonResult
 from dpforge.errors import DpforgeAccuracyWarning, LimitError, ParameterError, warn_caller
 from dpforge.mechanisms.combinators import Component, Composed, Description, PoissonSampled, flatten
@@ -116,11 +123,12 @@ def compose_prefixes(
             raise ValueError("a tilted prefix composition needs one floor per part")
         # each measure's tilted copy (the logs are not kept: one copy a measure), held
         # beside the measures themselves and checked against the budget with them
-        tilted_weights, log_zs = [], []
+        tilted_weights, log_zs, mass_errors = [], [], []
         for measure, _ in everything:
             logs, log_z = _log_tilted_masses(measure, theta)
             tilted_weights.append(np.exp(logs))
             log_zs.append(log_z)
+            mass_errors.append(tilted_mass_error(measure, logs, log_z, theta))
         check_held(
             sum(measure.masses.nbytes + weight.nbytes for (measure, _), weight in zip(everything, tilted_weights)),
             "the one-step measures of the plan's phases and their tilted copies",
@@ -175,6 +183,7 @@ def compose_prefixes(
     witness = 0.0
     roots = None
     base, count_so_far, log_survival, index = 0.0, 0, 0.0, 0
+    entries_error, scale_sum = 0.0, 0.0  # (tilted: the rows' log-space rounding so far)
     for part_index, (part, part_cumulant, part_tilted) in enumerate(zip(parts, cumulants, tilted_cumulants)):
         for measure, count in part:
             if index % _BAND_BLOCK == 0:
@@ -190,6 +199,9 @@ def compose_prefixes(
             base += count * (centres[index] * step - measure.shift)
             count_so_far += count
             log_survival += count * math.log1p(-measure.infinity_mass)
+            if tilted:  # each row's tilted entries carry their measures' log-space rounding
+                entries_error += count * mass_errors[index]
+                scale_sum += count * abs(log_zs[index]) if math.isfinite(log_zs[index]) else 0.0
             index += 1
         first = int(math.floor((bottom - base) / step))
         high, low = base + (first + size - 0.5) * step, base + (first - 0.5) * step
@@ -206,7 +218,8 @@ def compose_prefixes(
             above = min(above, math.exp(min(row_scale - theta * high + math.log(max(tilted_above, 1e-300)), 0.0)))
             below = min(below, chernoff_above(lam, part_cumulant, floor), math.exp(row_scale - theta * floor) * tilted_below)
             tilt_terms = {
-                "theta": theta, "log_scale": row_scale, "floor": floor, "tilted_above": tilted_above, "tilted_below": tilted_below
+                "theta": theta, "log_scale": row_scale, "floor": floor, "tilted_above": tilted_above, "tilted_below": tilted_below,
+                "relative_error": entries_error + _U * index * scale_sum,  # (.tilt.log_space_error)
             }
         infinity = -math.expm1(log_survival)
         pruned = 2.0 * dropped / size
@@ -221,6 +234,7 @@ def compose_prefixes(
                     yield TiltedComposition(
                         positions, masses_row, theta, tilt_terms["log_scale"], tilt_terms["floor"], tilt_terms["tilted_above"],
                         tilt_terms["tilted_below"], above, below, infinity, roundoff, size, lam, part_cumulant,
+                        relative_error=tilt_terms["relative_error"],
                     )
                 else:
                     yield ComposedMeasure(positions, masses_row, above, below, infinity, roundoff, size)

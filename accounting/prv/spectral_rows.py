@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from dpforge.accounting.prv.compose import _U, _U_EXTENDED, chernoff_above, chernoff_below
+from dpforge.accounting.prv.tilt import untilting_error
 
 #: points evaluated a round by :meth:`SpectralRow.epsilon`'s search
 _ROUND_POINTS = 16
@@ -246,6 +247,9 @@ class SpectralRow:
     floor: float = 0.0
     tilted_above: float = 0.0
     tilted_below: float = 0.0
+    #: a tilted row: each composed tilted entry's relative error from forming the tilted
+    #: one-step masses in log space (:func:`.tilt.log_space_error`)
+    relative_error: float = 0.0
 
     def mass_below(self, position: float) -> float:
         """A Chernoff bound on the composed (for a tilted row: tilted) mass at or below
@@ -441,7 +445,8 @@ class _Profile:
             read = row.first_read()
             below = row.mass_below(row.position(0) - (row.size - self.stop + 0.5) * row.step)
             above = row.mass_above(row.position(row.size - 1) + (read + 0.5) * row.step)
-            self.constant = -(above + below) * row.untilting(row.position(min(read, row.size - 1)))
+            at = row.position(min(read, row.size - 1))
+            self.constant = -(above + below) * row.untilting(at) * (1.0 + 2.0 * _untilting_error(row, np.array([at]))[0])
         end = row.first + self.stop
         self.roots = _extended_roots(row.size) if extended else row.roots
         self.series = tuple(_series(row.spectrum, self.roots, rate, row.step, end) for rate in self.rates)
@@ -459,7 +464,10 @@ class _Profile:
         plain = plain + self.weight * _geometric(self.rates[0] * row.step, counts) + self.sign * plain_error
         discounted = discounted + self.weight * _geometric(self.rates[1] * row.step, counts) - self.sign * discounted_error
         if row.theta > 0:
-            untilting = np.exp(row.log_scale - row.theta * (row.base + (row.first + entries) * row.step))
+            positions = row.base + (row.first + entries) * row.step
+            # S(y) and the tilted masses carry their own rounding: moved towards the side
+            # each bound is on (.tilt.untilting_error)
+            untilting = np.exp(row.log_scale - row.theta * positions) * (1.0 + 2.0 * self.sign * _untilting_error(row, positions))
             plain, discounted = plain * untilting, discounted * untilting
         return plain, discounted
 
@@ -468,6 +476,12 @@ class _Profile:
         (1 - e^{-(j - J) h}) (each error bound moving it towards the side it bounds)."""
         after, discounted = self.parts(entries + 1)
         return self.constant + after - math.exp(-self.row.step) * discounted
+
+
+def _untilting_error(row: SpectralRow, positions: np.ndarray) -> np.ndarray:
+    """A tilted row's relative error bound at ``positions``: S's rounding there and the
+    tilted masses' (:func:`.tilt.untilting_error`, ``row.relative_error``)."""
+    return untilting_error(row.log_scale, row.theta, positions) + row.relative_error
 
 
 def _geometric(exponent: float, counts: np.ndarray) -> np.ndarray:
