@@ -389,10 +389,10 @@ def choose_tilt(
 
 
 def untilting_error(log_scale: float, theta: float, positions: np.ndarray) -> np.ndarray:
-    """A bound on the relative rounding of S(y) = e^{log_scale - theta y} at each
-    position: the exponential carries its argument's absolute rounding, a few u of the
-    magnitudes it is formed from (theta y, log_scale and their difference), as a relative
-    error.  At theta y of tens of nats this is 1e-14 to 1e-13, beyond the allowance's
+    """A bound, to first order and for exp and log within a few ulps, on the relative
+    rounding of S(y) = e^{log_scale - theta y} at each position: the exponential carries
+    its argument's absolute rounding, a few u of the magnitudes it is formed from
+    (theta y, log_scale and their difference), as a relative error.  At theta y of tens of nats this is 1e-14 to 1e-13, beyond the allowance's
     model near the tilted peak (a harness against exact long double compositions found
     upper profiles up to 5e-14 of delta below the exact one before it)."""
     product = np.abs(theta * positions)
@@ -400,8 +400,8 @@ def untilting_error(log_scale: float, theta: float, positions: np.ndarray) -> np
 
 
 def tilted_mass_error(measure: GridMeasure, logs: np.ndarray, log_z: float, theta: float) -> float:
-    """A bound on the relative error of each tilted one-step mass e^{log m + theta x -
-    log Z} of ``measure`` formed in log space (``logs``: those exponents): a few u of
+    """A bound (first order, for exp and log within a few ulps) on the relative error of
+    each tilted one-step mass e^{log m + theta x - log Z} of ``measure`` formed in log space (``logs``: those exponents): a few u of
     the magnitudes summed into the exponent (:func:`log_space_error`)."""
     finite = logs[np.isfinite(logs)]
     if finite.size == 0 or not math.isfinite(log_z):
