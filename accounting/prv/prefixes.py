@@ -218,7 +218,11 @@ def compose_prefixes(
             above = min(above, math.exp(min(row_scale - theta * high + math.log(max(tilted_above, 1e-300)), 0.0)))
             below = min(below, chernoff_above(lam, part_cumulant, floor), math.exp(row_scale - theta * floor) * tilted_below)
             tilt_terms = {
-                "theta": theta, "log_scale": row_scale, "floor": floor, "tilted_above": tilted_above, "tilted_below": tilted_below,
+                "theta": theta,
+                "log_scale": row_scale,
+                "floor": floor,
+                "tilted_above": tilted_above,
+                "tilted_below": tilted_below,
                 "relative_error": entries_error + _U * index * scale_sum,  # (.tilt.log_space_error)
             }
         infinity = -math.expm1(log_survival)

@@ -392,17 +392,19 @@ def untilting_error(log_scale: float, theta: float, positions: np.ndarray) -> np
     """A bound, to first order and for exp and log within a few ulps, on the relative
     rounding of S(y) = e^{log_scale - theta y} at each position: the exponential carries
     its argument's absolute rounding, a few u of the magnitudes it is formed from
-    (theta y, log_scale and their difference), as a relative error.  At theta y of tens of nats this is 1e-14 to 1e-13, beyond the allowance's
-    model near the tilted peak (a harness against exact long double compositions found
-    upper profiles up to 5e-14 of delta below the exact one before it)."""
+    (theta y, log_scale and their difference), as a relative error.  At theta y of tens
+    of nats this is 1e-14 to 1e-13, beyond the allowance's model near the tilted peak (a
+    harness against exact long double compositions found upper profiles up to 5e-14 of
+    delta below the exact one before it)."""
     product = np.abs(theta * positions)
     return 4.0 * _U * (abs(log_scale) + 2.0 * product + np.abs(log_scale - theta * positions) + 1.0)
 
 
 def tilted_mass_error(measure: GridMeasure, logs: np.ndarray, log_z: float, theta: float) -> float:
     """A bound (first order, for exp and log within a few ulps) on the relative error of
-    each tilted one-step mass e^{log m + theta x - log Z} of ``measure`` formed in log space (``logs``: those exponents): a few u of
-    the magnitudes summed into the exponent (:func:`log_space_error`)."""
+    each tilted one-step mass e^{log m + theta x - log Z} of ``measure`` formed in log
+    space (``logs``: those exponents): a few u of the magnitudes summed into the
+    exponent (:func:`log_space_error`)."""
     finite = logs[np.isfinite(logs)]
     if finite.size == 0 or not math.isfinite(log_z):
         return 0.0
@@ -410,7 +412,9 @@ def tilted_mass_error(measure: GridMeasure, logs: np.ndarray, log_z: float, thet
     return 4.0 * _U * (2.0 * float(np.max(np.abs(finite))) + 2.0 * abs(log_z) + 3.0 * abs(theta) * reach + 1.0)
 
 
-def log_space_error(measures: Sequence[tuple[GridMeasure, int]], tilted_logs: Sequence[np.ndarray], log_zs: Sequence[float], theta: float) -> float:
+def log_space_error(
+    measures: Sequence[tuple[GridMeasure, int]], tilted_logs: Sequence[np.ndarray], log_zs: Sequence[float], theta: float
+) -> float:
     """A bound on the relative error of each entry of the tilted composition of
     ``measures`` (count copies each) from forming every tilted one-step mass in log
     space (:func:`tilted_mass_error`; ``tilted_logs`` their exponents, ``log_zs``): a
@@ -452,7 +456,8 @@ class TiltedComposition:
         error bound: the tilted masses' and S's own rounding, :func:`untilting_error`)."""
         keep = self.positions >= self.floor
         y = self.positions[keep]
-        return y, self.masses[keep], np.exp(self.log_scale - self.theta * y), untilting_error(self.log_scale, self.theta, y) + self.relative_error
+        error = untilting_error(self.log_scale, self.theta, y) + self.relative_error
+        return y, self.masses[keep], np.exp(self.log_scale - self.theta * y), error
 
     def upper_profile(self) -> ComposedProfile:
         """Certified upper profile for eps >= ``floor`` (1 below it); see the module docstring."""
@@ -476,7 +481,8 @@ class TiltedComposition:
         y, p, scale, error = self._kept()
         weights = np.maximum(p - self.roundoff, 0.0) * scale * (1.0 - 2.0 * error)
         floor_error = float(untilting_error(self.log_scale, self.theta, np.array([self.floor]))[0]) + self.relative_error
-        wrapped = (self.above_tilted + self.below_tilted) * math.exp(self.log_scale - self.theta * self.floor) * (1.0 + 2.0 * floor_error)
+        wrapped = (self.above_tilted + self.below_tilted) * math.exp(self.log_scale - self.theta * self.floor)
+        wrapped *= 1.0 + 2.0 * floor_error
         return ComposedProfile("lower", y, weights, -wrapped, self.roundoff, self.grid_size, self.floor)
 
 

@@ -324,7 +324,9 @@ def _scaled_entries(measure: GridMeasure, theta: float) -> tuple[np.ndarray | No
     return (np.exp(logs - top), top) if math.isfinite(top) else (None, top)
 
 
-def _summed(coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int, first: int, length: int, theta: float) -> np.ndarray:
+def _summed(
+    coarse: list[GridMeasure], rest: GridMeasure, chunk: int, terms: int, first: int, length: int, theta: float
+) -> np.ndarray:
     """The first entries, from lattice index ``first``, of sum_k C(chunk, k) coarse[k] *
     rest^{*k} (whose support spans ``length`` entries), each at most the exact entry:
     formed tilted by e^{theta i step} (theta = 0: untilted) on a window of n entries, the
@@ -432,7 +434,8 @@ def _factor_error(
     for k in range(terms + 1):
         if not math.isfinite(logs[k]):
             continue
-        weight = 2.0 * _U * (abs(_log_binomial(chunk, k)) + abs(scaled[k][1]) + k * abs(rest_top) + abs(scale) + abs(logs[k] - scale) + 2.0)
+        magnitudes = abs(_log_binomial(chunk, k)) + abs(scaled[k][1]) + k * abs(rest_top) + abs(scale) + abs(logs[k] - scale)
+        weight = 2.0 * _U * (magnitudes + 2.0)
         worst = max(worst, entries_error(coarse[k], scaled[k][1]) + k * rest_error + weight)
     return 2.0 * worst
 
@@ -506,7 +509,8 @@ def _window(
     # largest position, and each sum rounds too: a margin of a few u of the magnitudes
     reach = max(abs(first), abs(first + length)) * step
     counts = np.arange(terms + 1)[:, None] + 1.0
-    margin = 4.0 * _U * (np.where(np.isfinite(exponent_sums), np.abs(exponent_sums), 0.0) + abs(scale) + counts * shifted[None, :] * reach + 1.0)
+    finite_sums = np.where(np.isfinite(exponent_sums), np.abs(exponent_sums), 0.0)
+    margin = 4.0 * _U * (finite_sums + abs(scale) + counts * shifted[None, :] * reach + 1.0)
 
     def wrapped(size: int) -> float:
         """The bound on the scaled tilted mass at indices first + size and up."""
