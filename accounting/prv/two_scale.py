@@ -61,7 +61,7 @@ import numpy as np
 from scipy import fft as sp_fft
 from scipy import special
 
-from dpforge.accounting.prv.compose import _ROUNDING_FACTOR, _U, _log_mgf_kernel, compose_powers, powers_window
+from dpforge.accounting.prv.compose import _ROUNDING_FACTOR, _U, _log_mgf_kernel, _place, compose_powers, powers_window
 from dpforge.accounting.prv.discrete_loss import DiscreteLoss
 from dpforge.accounting.prv.discretise import GridMeasure, _choose_phase, lower_measure, lower_on_grid
 from dpforge.accounting.prv.limits import check_grid
@@ -442,15 +442,12 @@ def _factor_error(
 
 def _folded(entries: np.ndarray | None, size: int, offset: int) -> np.ndarray:
     """A row of ``size`` holding ``entries`` from ``offset``, those past its end wrapped
-    round (added at their index mod ``size``: the circular convolution of wrapped rows
-    is the wrapped linear one); zeros where None."""
+    round (:func:`.compose._place`: the circular convolution of wrapped rows is the
+    wrapped linear one); zeros where None."""
     row = np.zeros(size)
-    if entries is None:
-        return row
-    if offset + entries.size <= size:
-        row[offset : offset + entries.size] = entries
-        return row
-    return np.bincount((offset + np.arange(entries.size)) % size, weights=entries, minlength=size)
+    if entries is not None:
+        _place(row, entries, offset)
+    return row
 
 
 #: a two-scale chunk's sum is formed on a window that ends where the bound on its mass
